@@ -1,0 +1,224 @@
+--
+-- zklock regression tests, against a real ZooKeeper ensemble.
+--
+-- A second backend, reached through dblink, plays the other contender:
+-- "other_try(name)" tries the lock there and releases it again at once, so
+-- it says whether the lock is free right now.
+--
+-- Load the library so its settings are defined before the first lock call.
+LOAD 'zklock';
+
+SELECT format('dbname=%s port=%s host=%s', current_database(),
+              current_setting('port'),
+              split_part(current_setting('unix_socket_directories'), ',', 1))
+  AS other_conn \gset
+SELECT dblink_connect('other', :'other_conn');
+
+CREATE FUNCTION other_try(name text) RETURNS boolean LANGUAGE sql AS $$
+  SELECT got FROM dblink('other',
+    format('SELECT zk_try_lock(%L) AND zk_unlock(%L)', name, name))
+    AS t(got boolean)
+$$;
+CREATE FUNCTION other_query(sql text) RETURNS text LANGUAGE sql AS $$
+  SELECT r FROM dblink('other', sql) AS t(r text)
+$$;
+
+-- The API, as created.
+SELECT p.oid::regprocedure AS function, p.prorettype::regtype AS returns,
+       p.provolatile, p.proparallel, p.proisstrict
+FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid
+JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'zklock'
+ORDER BY 1::text;
+
+-- Settings.
+SHOW zklock.root;
+SHOW zklock.session_timeout;
+SHOW zklock.connect_timeout;
+SET zklock.no_such_setting = 1;
+SET zklock.root = 'relative';
+SET zklock.root = '/trailing/';
+SET zklock.root = '/a/../b';
+SET zklock.root = '/a//b';
+SET zklock.root = '/zookeeper/locks';
+SET zklock.root = '/with space';
+
+-- Exclusion and stacking at session level.
+SELECT zk_lock('datastore_a');
+SELECT other_try('datastore_a');
+SELECT zk_lock('datastore_a');
+SELECT zk_try_lock('datastore_a');
+SELECT zk_unlock('datastore_a');
+SELECT zk_unlock('datastore_a');
+SELECT other_try('datastore_a');
+SELECT zk_unlock('datastore_a');
+SELECT other_try('datastore_a');
+-- Not held any more: false, with a warning, as pg_advisory_unlock.
+SELECT zk_unlock('datastore_a');
+SELECT zk_unlock('never_taken');
+
+-- Try-lock and timeouts against a holder.
+SELECT other_query($$SELECT zk_lock('busy')::text$$);
+SELECT zk_try_lock('busy');
+SELECT zk_try_xact_lock('busy');
+SELECT zk_lock('busy', '200 ms');
+SELECT zk_xact_lock('busy', '200 ms');
+SELECT zk_lock('busy', '0');
+SET statement_timeout = '300ms';
+SELECT zk_lock('busy');
+RESET statement_timeout;
+SET lock_timeout = '300ms';
+SELECT zk_lock('busy');
+SELECT zk_xact_lock('busy');
+RESET lock_timeout;
+-- None of those waits left a node behind: once the holder lets go, the
+-- lock is free at once.
+SELECT other_query($$SELECT zk_unlock('busy')::text$$);
+SELECT zk_try_lock('busy');
+SELECT zk_unlock('busy');
+SELECT zk_lock('busy', '1 s');
+SELECT zk_unlock('busy');
+
+-- Session holds survive an abort.
+BEGIN;
+SELECT zk_lock('survivor');
+ROLLBACK;
+SELECT other_try('survivor');
+SELECT zk_unlock('survivor');
+
+-- Transaction holds end at COMMIT and at ROLLBACK.
+BEGIN;
+SELECT zk_xact_lock('txn');
+SELECT zk_xact_lock('txn');
+SELECT other_try('txn');
+COMMIT;
+SELECT other_try('txn');
+BEGIN;
+SELECT zk_try_xact_lock('txn');
+SELECT other_try('txn');
+ROLLBACK;
+SELECT other_try('txn');
+-- An error aborts the transaction and ends its holds too.
+BEGIN;
+SELECT zk_xact_lock('txn');
+SELECT 1 / 0;
+ROLLBACK;
+SELECT other_try('txn');
+-- A transaction hold cannot be unlocked by hand.
+BEGIN;
+SELECT zk_xact_lock('txn');
+SELECT zk_unlock('txn');
+SELECT other_try('txn');
+COMMIT;
+-- Outside a transaction block the statement is the transaction.
+SELECT zk_xact_lock('txn');
+SELECT other_try('txn');
+
+-- Savepoints: ROLLBACK TO ends the holds taken after the savepoint,
+-- RELEASE passes them to the parent.
+BEGIN;
+SELECT zk_xact_lock('before_sp');
+SAVEPOINT sp;
+SELECT zk_xact_lock('after_sp');
+SELECT zk_xact_lock('before_sp');
+ROLLBACK TO SAVEPOINT sp;
+SELECT other_try('after_sp');
+SELECT other_try('before_sp');
+SAVEPOINT sp2;
+SELECT zk_xact_lock('released_sp');
+SAVEPOINT sp3;
+SELECT zk_xact_lock('released_sp');
+RELEASE SAVEPOINT sp2;
+SELECT other_try('released_sp');
+COMMIT;
+SELECT other_try('before_sp');
+SELECT other_try('released_sp');
+-- A PL/pgSQL exception block is a subtransaction too.
+DO $$
+BEGIN
+  BEGIN
+    PERFORM zk_xact_lock('in_block');
+    RAISE EXCEPTION 'undo';
+  EXCEPTION WHEN raise_exception THEN
+    RAISE NOTICE 'in_block free after the block: %', other_try('in_block');
+  END;
+END $$;
+
+-- Session and transaction holds on one name share one node.
+SELECT zk_lock('both');
+BEGIN;
+SELECT zk_xact_lock('both');
+COMMIT;
+SELECT other_try('both');
+BEGIN;
+SELECT zk_xact_lock('both');
+SELECT zk_unlock('both');
+SELECT other_try('both');
+COMMIT;
+SELECT other_try('both');
+
+-- zk_unlock_all ends every session hold and leaves transaction holds alone.
+BEGIN;
+SELECT zk_xact_lock('xact_only');
+SELECT zk_lock('session_only');
+SELECT zk_lock('session_only');
+SELECT zk_lock('xact_only');
+SELECT zk_unlock_all();
+SELECT other_try('session_only');
+SELECT other_try('xact_only');
+COMMIT;
+SELECT other_try('xact_only');
+
+-- PREPARE TRANSACTION is refused while transaction holds exist, and the
+-- resulting abort releases them.  Session holds do not prevent it.
+BEGIN;
+SELECT zk_xact_lock('two_phase');
+PREPARE TRANSACTION 'zk_2pc';
+SELECT other_try('two_phase');
+SELECT zk_lock('two_phase_session');
+BEGIN;
+PREPARE TRANSACTION 'zk_2pc';
+COMMIT PREPARED 'zk_2pc';
+SELECT other_try('two_phase_session');
+SELECT zk_unlock('two_phase_session');
+
+-- COMMIT inside a procedure ends the transaction holds taken so far.
+CREATE PROCEDURE commit_between() LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM zk_xact_lock('proc_lock');
+  RAISE NOTICE 'held in first transaction, free elsewhere: %', other_try('proc_lock');
+  COMMIT;
+  RAISE NOTICE 'after COMMIT, free elsewhere: %', other_try('proc_lock');
+  PERFORM zk_xact_lock('proc_lock');
+  ROLLBACK;
+  RAISE NOTICE 'after ROLLBACK, free elsewhere: %', other_try('proc_lock');
+END $$;
+CALL commit_between();
+
+-- Bad arguments are errors, never a silent NULL.
+SELECT zk_lock(NULL);
+SELECT zk_try_lock(NULL);
+SELECT zk_unlock(NULL);
+SELECT zk_xact_lock(NULL);
+SELECT zk_lock('x', NULL);
+SELECT zk_lock('x', '-1 s');
+SELECT zk_lock('');
+SELECT zk_lock(repeat('n', 256));
+SELECT zk_try_lock(repeat('n', 255));
+SELECT zk_unlock(repeat('n', 255));
+SELECT zk_unlock('');
+
+-- Names outside the plain set map to one node each, directly under the
+-- root: slashes, dots and the like cannot reach another node.
+SELECT zk_lock('a/b');
+SELECT other_try('a/b'), other_try('a'), other_try('a%2Fb');
+SELECT zk_lock('..');
+SELECT other_try('..'), other_try('.'), other_try('%2E%2E');
+SELECT zk_lock('zookeeper');
+SELECT zk_lock('ünïcode and spaces');
+SELECT other_try('ünïcode and spaces');
+SELECT zk_lock(E'control\x01char');
+SELECT other_try(E'control\x01char');
+SELECT zk_unlock_all();
+SELECT other_try('a/b'), other_try('..'), other_try('zookeeper'),
+       other_try('ünïcode and spaces');
+SELECT dblink_disconnect('other');

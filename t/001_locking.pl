@@ -1,0 +1,153 @@
+# Several backends of one cluster contending through the real ensemble:
+# exclusion, handoff, FIFO order, and every way out of a wait.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+use ZkTest;
+
+my $root = '/zklock_t001';
+my $node = zk_cluster('locking', $root, 'zklock.session_timeout' => '20s');
+
+# --- exclusion and handoff -------------------------------------------------
+my $a = zk_session($node);
+my $b = zk_session($node);
+
+run_sql($a, "SELECT zk_lock('handoff')");
+my @nodes = zk_contenders("$root/handoff");
+is(scalar @nodes, 1, 'a holder has exactly one node');
+like($nodes[0], qr/^_c_[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}-lock-\d{10}$/,
+	'the node is named in Curator InterProcessMutex format');
+like(zk_get("$root/handoff/$nodes[0]"),
+	qr/^\{"host":"[^"]+","port":\d+,"pid":$a->{zk_pid},"database":"postgres","user":"[^"]+","application_name":"[^"]*"\}$/,
+	'the node data names the holding backend');
+
+run_sql($a, "SELECT zk_lock('handoff')");
+is(scalar zk_contenders("$root/handoff"), 1,
+	'a repeated acquire by the holder adds no node');
+
+send_query($b, "SELECT zk_lock('handoff'); SELECT 'b granted';");
+ok(wait_for_zk_wait($node, $b->{zk_pid}),
+	'a second backend waits, shown as wait_event_type Extension');
+ok(zk_wait_contenders("$root/handoff", 2), 'the waiter queued one node');
+run_sql($a, "SELECT zk_unlock('handoff')");
+is($node->safe_psql('postgres',
+		"SELECT wait_event_type FROM pg_stat_activity WHERE pid = $b->{zk_pid}"),
+	'Extension', 'one unlock of a twice-held lock does not hand it over');
+run_sql($a, "SELECT zk_unlock('handoff')");
+ok(await_output($b, qr/b granted/), 'the last unlock hands the lock over');
+my ($out) = run_sql($a, "SELECT zk_try_lock('handoff')");
+is($out, 'f', 'the new holder excludes the old one');
+run_sql($b, "SELECT zk_unlock('handoff')");
+ok(zk_wait_contenders("$root/handoff", 0), 'no node left after handoff');
+
+# --- FIFO order among 5 waiters -----------------------------------------
+$node->safe_psql('postgres', 'CREATE TABLE grants (seq serial, who int)');
+run_sql($a, "SELECT zk_lock('fifo')");
+my @waiters;
+for my $i (1 .. 5)
+{
+	my $s = zk_session($node);
+	send_query($s,
+		"SELECT zk_lock('fifo'); INSERT INTO grants (who) VALUES ($i); "
+		  . "SELECT zk_unlock('fifo'); SELECT 'waiter $i done';");
+	ok(wait_for_zk_wait($node, $s->{zk_pid}), "waiter $i queued");
+	push @waiters, $s;
+}
+is(scalar zk_contenders("$root/fifo"), 6, 'holder and 5 waiters have a node each');
+run_sql($a, "SELECT zk_unlock('fifo')");
+ok(await_output($waiters[$_ - 1], qr/waiter $_ done/), "waiter $_ finished")
+  for 1 .. 5;
+is($node->safe_psql('postgres',
+		"SELECT string_agg(who::text, ',' ORDER BY seq) FROM grants"),
+	'1,2,3,4,5', 'waiters were granted in arrival order');
+ok(zk_wait_contenders("$root/fifo", 0), 'no node left after the queue drained');
+$_->quit for @waiters;
+
+# --- try-lock loser, timeout, statement_timeout, lock_timeout ------------
+run_sql($a, "SELECT zk_lock('giveup')");
+my $err;
+($out) = run_sql($b, "SELECT zk_try_lock('giveup')");
+is($out, 'f', 'try-lock loses against a holder');
+is(scalar zk_contenders("$root/giveup"), 1, 'the try-lock loser left no node');
+($out) = run_sql($b, "SELECT zk_lock('giveup', '300ms')");
+is($out, 'f', 'a timed wait returns false');
+is(scalar zk_contenders("$root/giveup"), 1, 'the timed-out waiter left no node');
+($out, $err) = run_sql($b,
+	"SET statement_timeout = '300ms'; SELECT zk_xact_lock('giveup'); RESET statement_timeout");
+like($err, qr/canceling statement due to statement timeout/,
+	'statement_timeout ends a wait');
+is(scalar zk_contenders("$root/giveup"), 1,
+	'the waiter ended by statement_timeout left no node');
+($out, $err) = run_sql($b,
+	"SET lock_timeout = '300ms'; SELECT zk_lock('giveup'); RESET lock_timeout");
+like($err, qr/canceling statement due to lock timeout/,
+	'lock_timeout ends a wait');
+is(scalar zk_contenders("$root/giveup"), 1,
+	'the waiter ended by lock_timeout left no node');
+($out) = run_sql($b, "SELECT 'still usable'");
+is($out, 'still usable', 'the backend keeps working after those errors');
+
+# --- cancel ---------------------------------------------------------------
+my $c = zk_session($node);
+send_query($b, "SELECT zk_lock('giveup');");
+ok(wait_for_zk_wait($node, $b->{zk_pid}), 'first waiter queued');
+send_query($c, "SELECT zk_lock('giveup'); SELECT 'c granted';");
+ok(wait_for_zk_wait($node, $c->{zk_pid}), 'second waiter queued behind it');
+ok(zk_wait_contenders("$root/giveup", 3), 'three nodes in the queue');
+my $t0 = time;
+$node->safe_psql('postgres', "SELECT pg_cancel_backend($b->{zk_pid})");
+ok(await_output($b, qr/canceling statement due to user request/),
+	'pg_cancel_backend ends the wait');
+cmp_ok(time - $t0, '<', 3, 'the cancel took effect within 3 s');
+ok(zk_wait_contenders("$root/giveup", 2),
+	'the cancelled waiter left no node');
+run_sql($a, "SELECT zk_unlock('giveup')");
+ok(await_output($c, qr/c granted/),
+	'the waiter behind the cancelled one gets the lock');
+run_sql($c, "SELECT zk_unlock('giveup')");
+ok(zk_wait_contenders("$root/giveup", 0), 'the queue is empty');
+
+# --- backend exit ---------------------------------------------------------
+# The session timeout is 20 s: a grant within a few seconds shows the
+# exiting backend closed its session rather than leaving it to expire.
+run_sql($a, "SELECT zk_lock('exit')");
+send_query($c, "SELECT zk_lock('exit'); SELECT 'c granted after exit';");
+ok(wait_for_zk_wait($node, $c->{zk_pid}), 'waiter queued behind the holder');
+$t0 = time;
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($a->{zk_pid})");
+ok(await_output($c, qr/c granted after exit/),
+	'a terminated holder frees the lock');
+cmp_ok(time - $t0, '<', 3, 'at once, not after the session timeout');
+
+my $d = zk_session($node);
+send_query($d, "SELECT zk_lock('exit'); SELECT 'd granted after quit';");
+ok(wait_for_zk_wait($node, $d->{zk_pid}), 'waiter queued behind the holder');
+$t0 = time;
+$c->quit;
+ok(await_output($d, qr/d granted after quit/),
+	'a holder that disconnects frees the lock');
+cmp_ok(time - $t0, '<', 3, 'at once, not after the session timeout');
+
+# A terminated waiter leaves no node either.
+my $e = zk_session($node);
+send_query($e, "SELECT zk_lock('exit');");
+ok(wait_for_zk_wait($node, $e->{zk_pid}), 'waiter queued');
+ok(zk_wait_contenders("$root/exit", 2), 'two nodes');
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($e->{zk_pid})");
+ok(zk_wait_contenders("$root/exit", 1, 3),
+	'a terminated waiter left no node');
+run_sql($d, "SELECT zk_unlock('exit')");
+ok(zk_wait_contenders("$root/exit", 0), 'the queue is empty');
+
+$b->quit;
+$d->quit;
+$node->stop;
+ok(wait_until('no lock nodes under the root',
+		sub { !grep { /-lock-/ } split /\n/, ZkTest::zkinspect('tree', $root) }),
+	'no lock node is left under the root');
+
+done_testing();

@@ -1,0 +1,165 @@
+# Helpers for the zklock TAP tests: clusters wired to the test ensemble,
+# background sessions, and a look at ZooKeeper from outside through kazoo.
+package ZkTest;
+
+use strict;
+use warnings;
+
+use Exporter 'import';
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+our @EXPORT = qw(zk_cluster zk_session zk_children zk_contenders
+  zk_wait_contenders zk_get wait_until wait_for_zk_wait send_query
+  run_sql await_output zk_ensemble);
+
+my $hosts = $ENV{ZKLOCK_TEST_HOSTS}
+  or die "ZKLOCK_TEST_HOSTS is not set: run the suites with scripts/test-all";
+my $src = $ENV{ZKLOCK_SRC} or die "ZKLOCK_SRC is not set";
+
+# A started cluster with zklock created, using its own lock root so tests
+# do not see each other's nodes.
+sub zk_cluster
+{
+	my ($name, $root, %conf) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	$node->append_conf('postgresql.conf', "zklock.hosts = '$hosts'\n"
+		  . "zklock.root = '$root'\n"
+		  . "log_statement = none\n"
+		  . join('', map { "$_ = $conf{$_}\n" } sort keys %conf));
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION zklock');
+	return $node;
+}
+
+# A psql session that keeps going after an error, so a cancelled query can
+# be followed by more.
+sub zk_session
+{
+	my ($node) = @_;
+	my $s = $node->background_psql('postgres', on_error_stop => 0);
+	$s->set_query_timer_restart();
+	my $pid = $s->query_safe('SELECT pg_backend_pid()');
+	chomp $pid;
+	$s->{zk_pid} = $pid;
+	return $s;
+}
+
+# Send SQL without waiting for it to finish.
+sub send_query
+{
+	my ($session, $sql) = @_;
+	$session->{stdin} .= "$sql\n";
+	$session->{run}->pump_nb();
+	return;
+}
+
+# Run SQL to completion; returns (stdout, stderr) of just this statement.
+sub run_sql
+{
+	my ($session, $sql) = @_;
+	$session->{stderr} = '';
+	my $out = $session->query($sql);
+	my $err = $session->{stderr};
+	$session->{stderr} = '';
+	return ($out, $err);
+}
+
+# Wait until a session prints something matching $re on stdout or stderr,
+# for a query sent with send_query.
+sub await_output
+{
+	my ($session, $re) = @_;
+	$session->{timeout}->start();
+	$session->{run}->pump()
+	  until $session->{stdout} =~ $re
+	  || $session->{stderr} =~ $re
+	  || $session->{timeout}->is_expired;
+	my $ok = !$session->{timeout}->is_expired;
+	$session->{stdout} = '';
+	$session->{stderr} = '';
+	return $ok;
+}
+
+sub zkinspect
+{
+	my (@args) = @_;
+	my ($stdout, $stderr);
+	my $ok = IPC::Run::run([ '/usr/bin/python3', "$src/test/zkinspect.py",
+			$hosts, @args ], '>', \$stdout, '2>', \$stderr);
+	die "zkinspect @args failed: $stderr" if !$ok && $? >> 8 != 1;
+	return $stdout;
+}
+
+sub zk_get
+{
+	my ($path) = @_;
+	return zkinspect('get', $path);
+}
+
+sub zk_children
+{
+	my ($path) = @_;
+	return grep { length } split /\n/, zkinspect('children', $path);
+}
+
+# Contender nodes under a lock's parent, in queue order.
+sub zk_contenders
+{
+	my ($path) = @_;
+	my @c = grep { /(-lock-|__lock__)-?\d+$/ } zk_children($path);
+	my @sorted =
+	  sort { ($a =~ /(-?\d{9,10})$/)[0] <=> ($b =~ /(-?\d{9,10})$/)[0] } @c;
+	return @sorted;
+}
+
+sub wait_until
+{
+	my ($what, $cond, $timeout) = @_;
+	$timeout //= $PostgreSQL::Test::Utils::timeout_default;
+	my $deadline = time + $timeout;
+	while (time < $deadline)
+	{
+		return 1 if $cond->();
+		usleep(50_000);
+	}
+	diag("timed out waiting for $what");
+	return 0;
+}
+
+sub zk_wait_contenders
+{
+	my ($path, $n, $timeout) = @_;
+	my @c;
+	return wait_until("$n contenders under $path",
+		sub { @c = zk_contenders($path); @c == $n }, $timeout);
+}
+
+# Wait until the backend with this pid is waiting for a zklock.
+sub wait_for_zk_wait
+{
+	my ($node, $pid) = @_;
+	return wait_until(
+		"backend $pid waiting",
+		sub {
+			$node->safe_psql('postgres',
+				"SELECT wait_event_type FROM pg_stat_activity WHERE pid = $pid")
+			  eq 'Extension';
+		});
+}
+
+# Run the ensemble control script (stop, start, kill N, ...).
+sub zk_ensemble
+{
+	my (@args) = @_;
+	my ($stdout, $stderr);
+	IPC::Run::run([ "$src/scripts/zk-ensemble", $ENV{ZKLOCK_TEST_ENSEMBLE},
+			@args ], '>', \$stdout, '2>', \$stderr)
+	  or die "zk-ensemble @args failed: $stderr";
+	return $stdout;
+}
+
+1;

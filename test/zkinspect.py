@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+"""Look at a ZooKeeper ensemble from outside, for the zklock tests.
+
+Usage: zkinspect.py HOSTS COMMAND PATH [ARGS]
+
+  children PATH              sorted child names, one per line
+                             (nothing if PATH does not exist)
+  get PATH                   node data as UTF-8 (exit 1 if missing)
+  stat PATH                  "CZXID 0xEPHEMERAL_OWNER" (exit 1 if missing)
+  tree PATH                  every descendant path, depth first, sorted
+                             (PATH itself excluded; nothing if missing)
+  create PATH [DATA]         create PATH (and missing parents)
+  delete PATH                delete PATH and everything below it
+                             (exit 1 if missing)
+  wait-children PATH N TIMEOUT_S
+                             wait until PATH has exactly N children
+                             (a missing PATH has 0; exit 1 on timeout)
+
+Exit status: 0 success, 1 missing node or timeout, 2 usage or
+connection error.
+"""
+
+import logging
+import sys
+import time
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError, NodeExistsError
+from kazoo.handlers.threading import KazooTimeoutError
+
+CONNECT_TIMEOUT_S = 10.0
+
+
+def usage():
+    sys.stderr.write(__doc__.split("\n\n", 1)[1])
+    sys.exit(2)
+
+
+def fail(msg, code=1):
+    sys.stderr.write("zkinspect: %s\n" % msg)
+    sys.exit(code)
+
+
+def connect(hosts):
+    # Retry individual requests across connection loss so a check that
+    # runs during a leader election does not fail spuriously.
+    zk = KazooClient(
+        hosts=hosts,
+        timeout=CONNECT_TIMEOUT_S,
+        command_retry=dict(max_tries=-1, delay=0.1, max_delay=1.0,
+                           deadline=CONNECT_TIMEOUT_S),
+    )
+    try:
+        zk.start(timeout=CONNECT_TIMEOUT_S)
+    except KazooTimeoutError:
+        zk.close()
+        fail("cannot connect to %s" % hosts, 2)
+    return zk
+
+
+def children(zk, path):
+    try:
+        return sorted(zk.retry(zk.get_children, path))
+    except NoNodeError:
+        return []
+
+
+def walk(zk, path):
+    for name in children(zk, path):
+        child = path.rstrip("/") + "/" + name
+        yield child
+        # Ephemeral children may vanish mid-walk; children() copes.
+        yield from walk(zk, child)
+
+
+def main(argv):
+    if len(argv) < 4:
+        usage()
+    hosts, cmd, path, args = argv[1], argv[2], argv[3], argv[4:]
+    nargs = {"children": 0, "get": 0, "stat": 0, "tree": 0,
+             "delete": 0, "wait-children": 2}
+    if cmd == "create":
+        if len(args) > 1:
+            usage()
+    elif cmd not in nargs or len(args) != nargs[cmd]:
+        usage()
+    if cmd == "wait-children":
+        try:
+            want, timeout = int(args[0]), float(args[1])
+        except ValueError:
+            usage()
+
+    zk = connect(hosts)
+    try:
+        if cmd == "children":
+            for name in children(zk, path):
+                print(name)
+        elif cmd == "tree":
+            for p in walk(zk, path):
+                print(p)
+        elif cmd == "get":
+            try:
+                data, _ = zk.retry(zk.get, path)
+            except NoNodeError:
+                fail("%s: no such node" % path)
+            print((data or b"").decode("utf-8", "replace"))
+        elif cmd == "stat":
+            try:
+                st = zk.retry(zk.exists, path)
+            except NoNodeError:
+                st = None
+            if st is None:
+                fail("%s: no such node" % path)
+            # Session ids are unsigned on the wire; kazoo hands back signed.
+            print("%d 0x%x" % (st.czxid, st.ephemeralOwner & (2**64 - 1)))
+        elif cmd == "create":
+            data = args[0].encode("utf-8") if args else b""
+            try:
+                zk.retry(zk.create, path, data, makepath=True)
+            except NodeExistsError:
+                fail("%s: node exists" % path)
+        elif cmd == "delete":
+            if zk.retry(zk.exists, path) is None:
+                fail("%s: no such node" % path)
+            zk.retry(zk.delete, path, recursive=True)
+        elif cmd == "wait-children":
+            deadline = time.monotonic() + timeout
+            while True:
+                have = len(children(zk, path))
+                if have == want:
+                    break
+                if time.monotonic() >= deadline:
+                    fail("%s: has %d children, wanted %d after %gs"
+                         % (path, have, want, timeout))
+                time.sleep(0.05)
+    finally:
+        zk.stop()
+        zk.close()
+
+
+if __name__ == "__main__":
+    # Kazoo logs connection churn at WARNING/ERROR; tests only want our
+    # output and exit status.
+    kazoo_log = logging.getLogger("kazoo")
+    kazoo_log.addHandler(logging.NullHandler())
+    kazoo_log.propagate = False
+    main(sys.argv)

@@ -1,0 +1,221 @@
+/*-------------------------------------------------------------------------
+ *
+ * zk_names.c
+ *	  Lock names to znode names and back, and contender node parsing.
+ *
+ * A lock name made only of letters, digits, '_', '-' and '.' is used as the
+ * znode name unchanged (except "." and ".."), so other clients find
+ * "datastore_a" at <root>/datastore_a.  Every other name is percent-encoded
+ * byte by byte, '.' included.  An encoded name therefore always contains '%'
+ * while an unchanged one never does, which keeps the mapping one-to-one, and
+ * the result never contains '/', never is "." or "..", and is pure ASCII, so
+ * no name can reach a node outside its own parent.
+ *
+ * Contenders are the children whose names end in "-lock-" (Curator
+ * InterProcessMutex, zklock) or "__lock__" (kazoo Lock) followed by the
+ * server's sequence number, printed as a signed 32-bit "%010d".
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "zk_names.h"
+
+#include <string.h>
+
+static const char hexdigits[] = "0123456789ABCDEF";
+
+static bool
+is_plain_byte(unsigned char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		(c >= '0' && c <= '9') || c == '_' || c == '-';
+}
+
+static bool
+is_plain_name(const char *name, size_t len)
+{
+	size_t		i;
+
+	if ((len == 1 && name[0] == '.') ||
+		(len == 2 && name[0] == '.' && name[1] == '.'))
+		return false;
+	for (i = 0; i < len; i++)
+		if (!is_plain_byte((unsigned char) name[i]) && name[i] != '.')
+			return false;
+	return true;
+}
+
+/*
+ * Encode a lock name of len bytes (it may contain NUL-free arbitrary bytes)
+ * into the znode name under the root.
+ */
+ZknStatus
+zkn_encode_name(const char *name, size_t len, char out[ZKN_ENCODED_MAX])
+{
+	size_t		i;
+	char	   *p = out;
+
+	if (len == 0)
+		return ZKN_EMPTY;
+	if (len > ZKN_NAME_MAX)
+		return ZKN_TOO_LONG;
+
+	if (is_plain_name(name, len))
+	{
+		memcpy(out, name, len);
+		out[len] = '\0';
+		return ZKN_OK;
+	}
+
+	for (i = 0; i < len; i++)
+	{
+		unsigned char c = (unsigned char) name[i];
+
+		if (is_plain_byte(c))
+			*p++ = (char) c;
+		else
+		{
+			*p++ = '%';
+			*p++ = hexdigits[c >> 4];
+			*p++ = hexdigits[c & 0x0F];
+		}
+	}
+	*p = '\0';
+	return ZKN_OK;
+}
+
+static int
+hexvalue(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/*
+ * Invert zkn_encode_name.  Returns false for a node name that the encoder
+ * cannot have produced, so foreign nodes are never shown as lock names.
+ */
+bool
+zkn_decode_name(const char *node, char *out, size_t outsize, size_t *outlen)
+{
+	size_t		nodelen = strlen(node);
+	size_t		n = 0;
+	size_t		i;
+
+	if (strchr(node, '%') == NULL)
+	{
+		if (!is_plain_name(node, nodelen) || nodelen == 0 ||
+			nodelen > ZKN_NAME_MAX || nodelen >= outsize)
+			return false;
+		memcpy(out, node, nodelen + 1);
+		*outlen = nodelen;
+		return true;
+	}
+
+	for (i = 0; i < nodelen; i++)
+	{
+		unsigned char c;
+
+		if (node[i] == '%')
+		{
+			int			hi,
+						lo;
+
+			if (i + 2 >= nodelen)
+				return false;
+			hi = hexvalue(node[i + 1]);
+			lo = hexvalue(node[i + 2]);
+			if (hi < 0 || lo < 0)
+				return false;
+			c = (unsigned char) (hi << 4 | lo);
+			/* The encoder writes plain bytes unescaped, and never a NUL. */
+			if (is_plain_byte(c) || c == '\0')
+				return false;
+			i += 2;
+		}
+		else if (is_plain_byte((unsigned char) node[i]))
+			c = (unsigned char) node[i];
+		else
+			return false;
+		if (n + 1 >= outsize || n >= ZKN_NAME_MAX)
+			return false;
+		out[n++] = (char) c;
+	}
+	out[n] = '\0';
+	/* A name the encoder would have left plain was not encoded by it. */
+	if (is_plain_name(out, n))
+		return false;
+	*outlen = n;
+	return true;
+}
+
+/*
+ * Parse a signed "%010d" sequence suffix: ten characters, either ten digits
+ * or '-' and nine digits, within the int32 range.
+ */
+static bool
+parse_sequence(const char *s, int32_t *sequence)
+{
+	int64_t		value = 0;
+	bool		negative = false;
+	int			i = 0;
+
+	if (s[0] == '-')
+	{
+		negative = true;
+		i = 1;
+	}
+	for (; i < 10; i++)
+	{
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+		value = value * 10 + (s[i] - '0');
+	}
+	if (s[10] != '\0')
+		return false;
+	if (negative)
+		value = -value;
+	if (value < INT32_MIN || value > INT32_MAX)
+		return false;
+	*sequence = (int32_t) value;
+	return true;
+}
+
+static bool
+ends_with_marker(const char *child, size_t prefixlen, const char *marker)
+{
+	size_t		mlen = strlen(marker);
+
+	return prefixlen >= mlen &&
+		memcmp(child + prefixlen - mlen, marker, mlen) == 0;
+}
+
+/*
+ * Is this child a contender for the exclusive lock?  If so, return its
+ * sequence number.
+ */
+bool
+zkn_parse_contender(const char *child, int32_t *sequence)
+{
+	size_t		len = strlen(child);
+	size_t		prefixlen;
+
+	if (len < 10)
+		return false;
+	prefixlen = len - 10;
+	if (!ends_with_marker(child, prefixlen, "-lock-") &&
+		!ends_with_marker(child, prefixlen, "__lock__"))
+		return false;
+	return parse_sequence(child + prefixlen, sequence);
+}
+
+/* Was this child created by the acquisition that used this guid? */
+bool
+zkn_has_guid(const char *child, const char *guid)
+{
+	return strncmp(child, "_c_", 3) == 0 &&
+		strncmp(child + 3, guid, ZKN_GUID_LEN) == 0 &&
+		child[3 + ZKN_GUID_LEN] == '-';
+}

@@ -1,0 +1,420 @@
+/*-------------------------------------------------------------------------
+ *
+ * zk_recipe.c
+ *	  The exclusive lock recipe, run inside the backend.
+ *
+ * To acquire, create "<parent>/_c_<uuid>-lock-" as an ephemeral sequential
+ * node (Curator's InterProcessMutex format, so Curator and kazoo clients
+ * share the queue) and, without waiting, list the parent.  One session's
+ * requests are applied in order, so the listing already contains the new
+ * node and acquiring costs one round trip when the lock is free.  The
+ * contender with the lowest sequence holds the lock; any other waits for a
+ * watch on its immediate predecessor only, then lists again, because the
+ * predecessor may have been a waiter that gave up rather than the holder.
+ *
+ * The uuid is fresh for each acquisition and kept across its retries.
+ * After a connection loss during create, the node is looked for by that
+ * uuid and adopted only if its ephemeralOwner is our session.  Any second
+ * node carrying the uuid (a create applied after we gave up on its reply) is
+ * deleted when seen.
+ *
+ * Every way out other than being granted hands the node to the janitor in
+ * zk_session.c, which deletes it even across a reconnect, and waits a
+ * bounded time for that to be done.  A sweep by uuid covers a create whose
+ * reply never came.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "utils/timestamp.h"
+
+#include "zk_recipe.h"
+#include "zk_session.h"
+
+/* Ancestors of a lock parent that we may have to create. */
+#define MAX_PATH_DEPTH		32
+
+/* Everything an acquisition must clean up if it does not end granted. */
+typedef struct Acquisition
+{
+	const char *parent;
+	char		guid[ZKN_GUID_LEN + 1];
+	char		prefix[ZKR_NODE_MAX];
+	ZkLockNode *node;			/* path[0] is '\0' until a node is ours */
+	bool		reply_lost;		/* a create may have been applied unseen */
+	ZkRequest  *create;
+	ZkRequest  *list;
+	ZkRequest  *watch;
+	ZkRequest  *path_creates[MAX_PATH_DEPTH];
+	int			npath_creates;
+} Acquisition;
+
+static bool
+is_retryable(int rc)
+{
+	return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT;
+}
+
+static void
+release_request(ZkRequest **req)
+{
+	zks_release_request(*req);
+	*req = NULL;
+}
+
+static void
+make_guid(char guid[ZKN_GUID_LEN + 1])
+{
+	uint8		bytes[16];
+
+	if (!pg_strong_random(bytes, sizeof(bytes)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate a random lock node id")));
+	/* RFC 4122 version 4, lowercase, as Curator writes it. */
+	bytes[6] = (bytes[6] & 0x0f) | 0x40;
+	bytes[8] = (bytes[8] & 0x3f) | 0x80;
+	snprintf(guid, ZKN_GUID_LEN + 1,
+			 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+			 bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5],
+			 bytes[6], bytes[7], bytes[8], bytes[9], bytes[10], bytes[11],
+			 bytes[12], bytes[13], bytes[14], bytes[15]);
+}
+
+static const char *
+basename_of(const char *path)
+{
+	return strrchr(path, '/') + 1;
+}
+
+/*
+ * The parent (a container, so the server reaps it once unused) or the root
+ * above it is missing.  Create the root's components and the parent in one
+ * pipeline; those that exist already just answer ZNODEEXISTS.
+ */
+static void
+create_parent_path(Acquisition *acq, TimestampTz deadline)
+{
+	char		path[ZKR_PARENT_MAX];
+	const char *slash;
+	int			i;
+
+	for (slash = strchr(acq->parent + 1, '/'); slash;
+		 slash = strchr(slash + 1, '/'))
+	{
+		if (acq->npath_creates >= MAX_PATH_DEPTH - 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("zklock.root has too many levels")));
+		memcpy(path, acq->parent, slash - acq->parent);
+		path[slash - acq->parent] = '\0';
+		acq->path_creates[acq->npath_creates++] =
+			zks_create(path, NULL, -1, ZOO_PERSISTENT);
+	}
+	acq->path_creates[acq->npath_creates++] =
+		zks_create(acq->parent, NULL, -1, ZOO_CONTAINER);
+
+	for (i = 0; i < acq->npath_creates; i++)
+	{
+		ZkRequest  *req = acq->path_creates[i];
+
+		if (!zks_await(req, deadline))
+			return;				/* the caller's create will time out too */
+		if (req->rc != ZOK && req->rc != ZNODEEXISTS &&
+			!is_retryable(req->rc))
+			zks_report_error(req->rc, "create", acq->parent);
+	}
+	for (i = 0; i < acq->npath_creates; i++)
+		release_request(&acq->path_creates[i]);
+	acq->npath_creates = 0;
+}
+
+/*
+ * After a create whose reply was lost, look for the node by our uuid and
+ * adopt it only if this session owns it: a node left by an expired session
+ * is about to vanish.
+ */
+static bool
+find_own_node(Acquisition *acq, TimestampTz deadline)
+{
+	char		found[ZKR_NODE_MAX] = "";
+	int32_t		found_seq = 0;
+	int			i;
+
+	acq->list = zks_get_children(acq->parent);
+	if (!zks_await(acq->list, deadline) || acq->list->rc != ZOK)
+	{
+		release_request(&acq->list);
+		return false;
+	}
+	for (i = 0; i < acq->list->nchildren; i++)
+	{
+		const char *child = acq->list->children[i];
+		int32_t		seq;
+
+		if (zkn_has_guid(child, acq->guid) &&
+			zkn_parse_contender(child, &seq) &&
+			(found[0] == '\0' || seq < found_seq))
+		{
+			snprintf(found, sizeof(found), "%s/%s", acq->parent, child);
+			found_seq = seq;
+		}
+	}
+	release_request(&acq->list);
+	if (found[0] == '\0')
+		return false;
+
+	acq->create = zks_exists(found);
+	if (!zks_await(acq->create, deadline))
+		return false;
+	if (acq->create->rc == ZOK &&
+		acq->create->stat.ephemeralOwner == zks_session_id())
+	{
+		strlcpy(acq->node->path, found, sizeof(acq->node->path));
+		acq->node->czxid = acq->create->stat.czxid;
+	}
+	release_request(&acq->create);
+	return acq->node->path[0] != '\0';
+}
+
+/*
+ * Create our contender node and send the first listing right behind it.
+ * Returns false if the deadline passed.
+ */
+static bool
+create_node(Acquisition *acq, const char *data, TimestampTz deadline)
+{
+	int			missing_parent = 0;
+
+	for (;;)
+	{
+		int			rc;
+
+		acq->create = zks_create(acq->prefix, data, strlen(data),
+								 ZOO_EPHEMERAL_SEQUENTIAL);
+		acq->list = zks_get_children(acq->parent);
+		if (!zks_await(acq->create, deadline))
+		{
+			acq->reply_lost = true;
+			return false;
+		}
+		rc = acq->create->rc;
+		if (rc == ZOK)
+		{
+			strlcpy(acq->node->path, acq->create->path,
+					sizeof(acq->node->path));
+			acq->node->czxid = acq->create->stat.czxid;
+			release_request(&acq->create);
+			return true;
+		}
+		release_request(&acq->create);
+		release_request(&acq->list);
+
+		if (rc == ZNONODE && ++missing_parent <= 3)
+			create_parent_path(acq, deadline);
+		else if (is_retryable(rc))
+		{
+			acq->reply_lost = true;
+			if (!zks_await_connected(deadline))
+				return false;
+			if (find_own_node(acq, deadline))
+				return true;
+		}
+		else
+			zks_report_error(rc, "create", acq->prefix);
+	}
+}
+
+/*
+ * From a listing of the parent, find the contender just before our node.
+ * Returns false if we hold the lock.  Deletes stray nodes of this
+ * acquisition on the way.
+ */
+static bool
+find_predecessor(Acquisition *acq, char *predecessor, size_t size)
+{
+	const char *own = basename_of(acq->node->path);
+	int32_t		own_seq = 0;
+	bool		own_seen = false;
+	bool		found = false;
+	int32_t		best_seq = 0;
+	int			i;
+
+	if (!zkn_parse_contender(own, &own_seq))
+		elog(ERROR, "zklock created a node with an unexpected name: \"%s\"",
+			 acq->node->path);
+
+	for (i = 0; i < acq->list->nchildren; i++)
+	{
+		const char *child = acq->list->children[i];
+		int32_t		seq;
+
+		if (strcmp(child, own) == 0)
+		{
+			own_seen = true;
+			continue;
+		}
+		if (zkn_has_guid(child, acq->guid))
+		{
+			char		stray[ZKR_NODE_MAX];
+
+			snprintf(stray, sizeof(stray), "%s/%s", acq->parent, child);
+			zks_delete_later(stray);
+			continue;
+		}
+		if (zkn_parse_contender(child, &seq) && seq < own_seq &&
+			(!found || seq > best_seq))
+		{
+			found = true;
+			best_seq = seq;
+			snprintf(predecessor, size, "%s/%s", acq->parent, child);
+		}
+	}
+	if (!own_seen)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("zklock lock node \"%s\" disappeared while waiting",
+						acq->node->path),
+				 errdetail("The ZooKeeper session was lost or another client deleted the node.")));
+	return found;
+}
+
+/*
+ * Wait in the queue until ours is the lowest node.  Returns false if we may
+ * not or can no longer wait.
+ */
+static bool
+wait_in_queue(Acquisition *acq, bool wait, TimestampTz deadline)
+{
+	for (;;)
+	{
+		char		predecessor[ZKR_NODE_MAX];
+		uint64		generation;
+		int			rc;
+
+		if (acq->list == NULL)
+			acq->list = zks_get_children(acq->parent);
+		if (!zks_await(acq->list, deadline))
+			return false;
+		rc = acq->list->rc;
+		if (rc != ZOK)
+		{
+			release_request(&acq->list);
+			if (!is_retryable(rc))
+				zks_report_error(rc, "list children of", acq->parent);
+			if (!zks_await_connected(deadline))
+				return false;
+			continue;
+		}
+		if (!find_predecessor(acq, predecessor, sizeof(predecessor)))
+		{
+			release_request(&acq->list);
+			return true;
+		}
+		release_request(&acq->list);
+		if (!wait)
+			return false;
+
+		/* A get-data watch: an exists watch on a gone node would linger. */
+		generation = zks_watch_generation();
+		acq->watch = zks_watch_data(predecessor);
+		if (!zks_await(acq->watch, deadline))
+			return false;
+		rc = acq->watch->rc;
+		release_request(&acq->watch);
+		if (rc == ZOK)
+		{
+			if (!zks_await_watch(generation, deadline))
+				return false;
+		}
+		else if (is_retryable(rc))
+		{
+			if (!zks_await_connected(deadline))
+				return false;
+		}
+		else if (rc != ZNONODE)
+			zks_report_error(rc, "watch", predecessor);
+	}
+}
+
+/* Give up: hand every node this acquisition may have made to the janitor. */
+static void
+abandon(Acquisition *acq)
+{
+	int			i;
+
+	if (acq->create)
+		acq->reply_lost = true;
+	release_request(&acq->create);
+	release_request(&acq->list);
+	release_request(&acq->watch);
+	for (i = 0; i < acq->npath_creates; i++)
+		release_request(&acq->path_creates[i]);
+
+	if (acq->node->path[0] != '\0')
+		zks_delete_later(acq->node->path);
+	if (acq->reply_lost)
+		zks_sweep_later(acq->parent, acq->guid);
+	acq->node->path[0] = '\0';
+	zkr_wait_released();
+}
+
+/*
+ * Acquire the exclusive lock whose contenders live under parent.  With wait
+ * false, give up at once if another contender is ahead; otherwise wait
+ * until the deadline (0: none).  Returns true, with the node filled in, if
+ * the lock is ours.
+ */
+bool
+zkr_acquire(const char *parent, const char *data, bool wait,
+			TimestampTz deadline, ZkLockNode *node)
+{
+	/* In palloc'd memory: the error path reads what the wait wrote. */
+	Acquisition *acq = palloc0(sizeof(Acquisition));
+	bool		granted = false;
+
+	acq->parent = parent;
+	acq->node = node;
+	node->path[0] = '\0';
+	make_guid(acq->guid);
+	snprintf(acq->prefix, sizeof(acq->prefix), "%s/_c_%s-lock-",
+			 parent, acq->guid);
+
+	PG_TRY();
+	{
+		granted = create_node(acq, data, deadline) &&
+			wait_in_queue(acq, wait, deadline);
+	}
+	PG_CATCH();
+	{
+		HOLD_INTERRUPTS();
+		abandon(acq);
+		RESUME_INTERRUPTS();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	if (!granted)
+		abandon(acq);
+	pfree(acq);
+	return granted;
+}
+
+/* Delete a held lock's node; the janitor retries it across reconnects. */
+void
+zkr_release(const char *node_path)
+{
+	zks_delete_later(node_path);
+}
+
+/*
+ * Wait a bounded time for released nodes to be gone, so a caller that
+ * returns has, when ZooKeeper is reachable, really let go.
+ */
+void
+zkr_wait_released(void)
+{
+	zks_settle(zklock_connect_timeout);
+}

@@ -1,0 +1,37 @@
+/*-------------------------------------------------------------------------
+ *
+ * zk_recipe.h
+ *	  The ZooKeeper lock recipe: one ephemeral sequential node per
+ *	  contender, the lowest sequence holds, each waiter watches only its
+ *	  predecessor.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ZK_RECIPE_H
+#define ZK_RECIPE_H
+
+#include "datatype/timestamp.h"
+
+#include "zk_names.h"
+
+/* Longest zklock.root accepted, in bytes. */
+#define ZKR_ROOT_MAX		200
+
+/* Longest lock parent path: <root>/<encoded name>. */
+#define ZKR_PARENT_MAX		(ZKR_ROOT_MAX + 1 + ZKN_ENCODED_MAX)
+
+/* Longest contender path: <parent>/_c_<guid>-lock-<10-char sequence>. */
+#define ZKR_NODE_MAX		(ZKR_PARENT_MAX + 4 + ZKN_GUID_LEN + 6 + 10)
+
+typedef struct ZkLockNode
+{
+	char		path[ZKR_NODE_MAX];
+	int64		czxid;
+} ZkLockNode;
+
+extern bool zkr_acquire(const char *parent, const char *data, bool wait,
+						TimestampTz deadline, ZkLockNode *node);
+extern void zkr_release(const char *node_path);
+extern void zkr_wait_released(void);
+
+#endif							/* ZK_RECIPE_H */

@@ -1,0 +1,866 @@
+/*-------------------------------------------------------------------------
+ *
+ * zk_session.c
+ *	  The backend's ZooKeeper session and the rules for living with the
+ *	  client library's threads.
+ *
+ * libzookeeper_mt runs an I/O thread and a completion thread.  Watchers and
+ * completions run on the completion thread, where nothing of PostgreSQL may
+ * be called: no palloc, no elog, not even SetLatch.  So the callbacks here
+ * only touch malloc'd memory under one pthread mutex and then write to an
+ * eventfd.  The backend waits for that eventfd, its latch and postmaster
+ * death in a WaitEventSet, and runs CHECK_FOR_INTERRUPTS() on each wake-up,
+ * so cancel, statement_timeout, lock_timeout and termination all reach a
+ * waiting backend.  The synchronous zoo_* calls are never used: they block in
+ * pthread_cond_wait where none of that reaches.
+ *
+ * The session is opened lazily on the first lock call (threads do not
+ * survive fork, so never in the postmaster), with every signal blocked so the
+ * library's threads never run PostgreSQL's signal handlers, and closed at
+ * backend exit so the server drops our ephemeral nodes at once.
+ *
+ * The janitor: a node that a backend gave up on (try-lock lost, timeout,
+ * cancel, error, release) must be deleted even if the connection drops at
+ * that moment, or it would "hold" the lock for nobody until the session
+ * ends.  Such deletes are kept in a list and re-sent after each reconnect,
+ * from the completion thread, until the server confirms them or the session
+ * ends and takes the nodes with it.  A sweep task lists a parent and deletes
+ * every child carrying an acquisition's unique id; it covers a create whose
+ * reply was lost, and because one session's requests are applied in order it
+ * also catches a create that was still in flight when the sweep was sent.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+
+#include "zk_names.h"
+#include "zk_session.h"
+
+char	   *zklock_hosts = NULL;
+int			zklock_session_timeout = 10000;
+int			zklock_connect_timeout = 5000;
+int			zklock_client_log_level = ZOO_LOG_LEVEL_ERROR;
+
+typedef struct JanitorTask
+{
+	struct JanitorTask *next;
+	bool		sweep;			/* list path and delete children with guid */
+	bool		in_flight;
+	char	   *path;			/* node to delete, or parent to sweep */
+	char		guid[ZKN_GUID_LEN + 1];
+} JanitorTask;
+
+/*
+ * State shared with the library's threads.  Everything below is protected by
+ * shared_mutex; the backend alone writes zh.
+ */
+static pthread_mutex_t shared_mutex = PTHREAD_MUTEX_INITIALIZER;
+static zhandle_t *zh = NULL;
+static int	conn_state = 0;
+static bool session_expired = false;
+static bool auth_failed = false;
+static bool ever_connected = false;
+static struct timespec disconnected_at;
+static uint64 watch_generation = 0;
+static JanitorTask *janitor_tasks = NULL;
+
+/* Backend-only state. */
+static int	wake_fd = -1;
+static WaitEventSet *wait_set = NULL;
+static bool exit_callback_registered = false;
+static char *opened_hosts = NULL;
+static int	opened_session_timeout = 0;
+static int64 session_id = 0;
+
+static void janitor_send(zhandle_t *handle, JanitorTask *task);
+
+/* Wake the backend.  Safe on any thread: a plain system call. */
+static void
+wake_backend(void)
+{
+	uint64		one = 1;
+	ssize_t		rc pg_attribute_unused();
+
+	rc = write(wake_fd, &one, sizeof(one));
+}
+
+static void
+drain_wake_fd(void)
+{
+	uint64		count;
+
+	while (read(wake_fd, &count, sizeof(count)) > 0)
+		;
+}
+
+/* Drop every janitor task; the session's nodes are gone with it. */
+static void
+janitor_clear_locked(void)
+{
+	while (janitor_tasks)
+	{
+		JanitorTask *task = janitor_tasks;
+
+		janitor_tasks = task->next;
+		free(task->path);
+		free(task);
+	}
+}
+
+/*
+ * Re-send janitor tasks that are not in flight.  Called on the completion
+ * thread after a reconnect, and by the backend after adding tasks.
+ */
+static void
+janitor_kick(zhandle_t *handle)
+{
+	JanitorTask *to_send[64];
+	int			n;
+
+	do
+	{
+		JanitorTask *task;
+		int			i;
+
+		n = 0;
+		pthread_mutex_lock(&shared_mutex);
+		for (task = janitor_tasks; task && n < (int) lengthof(to_send);
+			 task = task->next)
+		{
+			if (!task->in_flight)
+			{
+				task->in_flight = true;
+				to_send[n++] = task;
+			}
+		}
+		pthread_mutex_unlock(&shared_mutex);
+
+		/* The library is never called with our mutex held. */
+		for (i = 0; i < n; i++)
+			janitor_send(handle, to_send[i]);
+	} while (n == (int) lengthof(to_send));
+}
+
+static void
+janitor_unlink_locked(JanitorTask *target)
+{
+	JanitorTask **link;
+
+	for (link = &janitor_tasks; *link; link = &(*link)->next)
+	{
+		if (*link == target)
+		{
+			*link = target->next;
+			free(target->path);
+			free(target);
+			return;
+		}
+	}
+}
+
+/* A task is finished unless the request may not have reached the server. */
+static bool
+janitor_should_retry(int rc)
+{
+	return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT;
+}
+
+static void
+janitor_finish(JanitorTask *task, int rc)
+{
+	pthread_mutex_lock(&shared_mutex);
+	if (rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE || rc == ZCLOSING)
+		janitor_clear_locked();
+	else if (janitor_should_retry(rc))
+		task->in_flight = false;
+	else
+		janitor_unlink_locked(task);
+	pthread_mutex_unlock(&shared_mutex);
+	wake_backend();
+}
+
+static void
+janitor_delete_done(int rc, const void *data)
+{
+	janitor_finish((JanitorTask *) data, rc);
+}
+
+static JanitorTask *
+janitor_new_task(bool sweep, const char *path, const char *guid)
+{
+	JanitorTask *task = calloc(1, sizeof(JanitorTask));
+
+	if (task == NULL)
+		return NULL;
+	task->sweep = sweep;
+	task->path = strdup(path);
+	if (task->path == NULL)
+	{
+		free(task);
+		return NULL;
+	}
+	if (guid)
+		strlcpy(task->guid, guid, sizeof(task->guid));
+	return task;
+}
+
+static void
+janitor_sweep_done(int rc, const struct String_vector *children,
+				   const void *data)
+{
+	JanitorTask *sweep = (JanitorTask *) data;
+	JanitorTask *found[32];
+	int			nfound = 0;
+	int			i;
+	zhandle_t  *handle = NULL;
+
+	if (rc == ZOK)
+	{
+		pthread_mutex_lock(&shared_mutex);
+		handle = zh;
+		for (i = 0; i < children->count && nfound < (int) lengthof(found); i++)
+		{
+			char		path[1024];
+			JanitorTask *task;
+
+			if (!zkn_has_guid(children->data[i], sweep->guid))
+				continue;
+			snprintf(path, sizeof(path), "%s/%s", sweep->path,
+					 children->data[i]);
+			task = janitor_new_task(false, path, NULL);
+			if (task == NULL)
+				continue;		/* retried by the next sweep */
+			task->in_flight = true;
+			task->next = janitor_tasks;
+			janitor_tasks = task;
+			found[nfound++] = task;
+		}
+		pthread_mutex_unlock(&shared_mutex);
+
+		for (i = 0; i < nfound; i++)
+			janitor_send(handle, found[i]);
+	}
+	janitor_finish(sweep, rc == ZNONODE ? ZOK : rc);
+}
+
+static void
+janitor_send(zhandle_t *handle, JanitorTask *task)
+{
+	int			rc;
+
+	if (handle == NULL)
+		rc = ZCLOSING;
+	else if (task->sweep)
+		rc = zoo_aget_children(handle, task->path, 0, janitor_sweep_done, task);
+	else
+		rc = zoo_adelete(handle, task->path, -1, janitor_delete_done, task);
+
+	/* Not queued: no completion will come, so settle it here. */
+	if (rc != ZOK)
+		janitor_finish(task, rc);
+}
+
+static void
+janitor_add(bool sweep, const char *path, const char *guid)
+{
+	JanitorTask *task = janitor_new_task(sweep, path, guid);
+
+	if (task == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	pthread_mutex_lock(&shared_mutex);
+	task->next = janitor_tasks;
+	janitor_tasks = task;
+	pthread_mutex_unlock(&shared_mutex);
+	janitor_kick(zh);
+}
+
+/* Delete this node, retrying across reconnects until the session ends. */
+void
+zks_delete_later(const char *path)
+{
+	janitor_add(false, path, NULL);
+}
+
+/* Delete every child of parent created with this guid, likewise. */
+void
+zks_sweep_later(const char *parent, const char *guid)
+{
+	janitor_add(true, parent, guid);
+}
+
+/*
+ * The watcher for session events and for the watches the recipe sets.  A
+ * watch carries no context: any watch firing bumps a generation counter and
+ * the waiting backend re-reads the queue, so a stale watch from an earlier
+ * wait costs one harmless re-read.
+ */
+static void
+session_watcher(zhandle_t *handle, int type, int state, const char *path,
+				void *context)
+{
+	bool		reconnected = false;
+
+	pthread_mutex_lock(&shared_mutex);
+	if (type == ZOO_SESSION_EVENT)
+	{
+		conn_state = state;
+		if (state == ZOO_CONNECTED_STATE)
+		{
+			ever_connected = true;
+			reconnected = true;
+		}
+		else if (state == ZOO_EXPIRED_SESSION_STATE)
+		{
+			session_expired = true;
+			janitor_clear_locked();
+		}
+		else if (state == ZOO_AUTH_FAILED_STATE)
+			auth_failed = true;
+		else
+			clock_gettime(CLOCK_MONOTONIC, &disconnected_at);
+	}
+	/* After a reconnect a waiter re-checks the queue too. */
+	watch_generation++;
+	pthread_mutex_unlock(&shared_mutex);
+
+	if (reconnected)
+		janitor_kick(handle);
+	wake_backend();
+}
+
+/* Completion callbacks: copy the result out, then mark the request done. */
+
+static void
+request_free(ZkRequest *req)
+{
+	int			i;
+
+	free(req->path);
+	for (i = 0; i < req->nchildren; i++)
+		free(req->children[i]);
+	free(req->children);
+	free(req);
+}
+
+static void
+request_finish(ZkRequest *req, int rc)
+{
+	bool		abandoned;
+
+	pthread_mutex_lock(&shared_mutex);
+	req->rc = rc;
+	req->done = true;
+	abandoned = req->abandoned;
+	pthread_mutex_unlock(&shared_mutex);
+
+	if (abandoned)
+		request_free(req);
+	else
+		wake_backend();
+}
+
+static void
+create_done(int rc, const char *path, const struct Stat *stat,
+			const void *data)
+{
+	ZkRequest  *req = (ZkRequest *) data;
+
+	if (rc == ZOK)
+	{
+		req->path = strdup(path);
+		if (req->path == NULL)
+			rc = ZSYSTEMERROR;
+		if (stat)
+			req->stat = *stat;
+	}
+	request_finish(req, rc);
+}
+
+static void
+stat_done(int rc, const struct Stat *stat, const void *data)
+{
+	ZkRequest  *req = (ZkRequest *) data;
+
+	if (rc == ZOK && stat)
+		req->stat = *stat;
+	request_finish(req, rc);
+}
+
+static void
+data_done(int rc, const char *value, int value_len, const struct Stat *stat,
+		  const void *data)
+{
+	stat_done(rc, stat, data);
+}
+
+static void
+children_done(int rc, const struct String_vector *strings, const void *data)
+{
+	ZkRequest  *req = (ZkRequest *) data;
+
+	if (rc == ZOK && strings && strings->count > 0)
+	{
+		int			i;
+
+		req->children = calloc(strings->count, sizeof(char *));
+		if (req->children == NULL)
+			rc = ZSYSTEMERROR;
+		for (i = 0; rc == ZOK && i < strings->count; i++)
+		{
+			req->children[i] = strdup(strings->data[i]);
+			req->nchildren = i + 1;
+			if (req->children[i] == NULL)
+				rc = ZSYSTEMERROR;
+		}
+	}
+	request_finish(req, rc);
+}
+
+static ZkRequest *
+request_new(void)
+{
+	ZkRequest  *req = calloc(1, sizeof(ZkRequest));
+
+	if (req == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	return req;
+}
+
+/* The library refused to queue the request; no completion will come. */
+static ZkRequest *
+request_queued(ZkRequest *req, int rc, const char *what, const char *path)
+{
+	if (rc != ZOK)
+	{
+		free(req);
+		zks_report_error(rc, what, path);
+	}
+	return req;
+}
+
+ZkRequest *
+zks_create(const char *path, const char *data, int datalen, int mode)
+{
+	ZkRequest  *req = request_new();
+
+	return request_queued(req,
+						  zoo_acreate2(zh, path, data, datalen,
+									   &ZOO_OPEN_ACL_UNSAFE, mode,
+									   create_done, req),
+						  "create", path);
+}
+
+ZkRequest *
+zks_get_children(const char *path)
+{
+	ZkRequest  *req = request_new();
+
+	return request_queued(req,
+						  zoo_aget_children(zh, path, 0, children_done, req),
+						  "list children of", path);
+}
+
+ZkRequest *
+zks_exists(const char *path)
+{
+	ZkRequest  *req = request_new();
+
+	return request_queued(req,
+						  zoo_aexists(zh, path, 0, stat_done, req),
+						  "check", path);
+}
+
+/* Read a node and leave a watch on it; see session_watcher. */
+ZkRequest *
+zks_watch_data(const char *path)
+{
+	ZkRequest  *req = request_new();
+
+	return request_queued(req,
+						  zoo_awget(zh, path, session_watcher, NULL,
+									data_done, req),
+						  "watch", path);
+}
+
+/*
+ * Free a request, or, if its reply has not come, leave it for the completion
+ * thread to free.
+ */
+void
+zks_release_request(ZkRequest *req)
+{
+	bool		done;
+
+	if (req == NULL)
+		return;
+	pthread_mutex_lock(&shared_mutex);
+	done = req->done;
+	if (!done)
+		req->abandoned = true;
+	pthread_mutex_unlock(&shared_mutex);
+	if (done)
+		request_free(req);
+}
+
+static long
+ms_until(TimestampTz deadline)
+{
+	if (deadline == 0)
+		return -1;
+	return TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+}
+
+/*
+ * Sleep until the library has something for us, the latch is set, or
+ * timeout_ms (-1: no limit) passes.  Interrupts are serviced unless the
+ * caller is cleaning up and must not be stopped.
+ */
+static void
+sleep_for_event(long timeout_ms, bool interruptible)
+{
+	WaitEvent	event;
+
+	(void) WaitEventSetWait(wait_set, timeout_ms, &event, 1, PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	drain_wake_fd();
+	if (interruptible)
+		CHECK_FOR_INTERRUPTS();
+}
+
+/*
+ * Has the session been cut off for as long as its timeout?  The server has
+ * then expired it, even though the library can only say so after it
+ * reconnects, so our nodes must be taken as gone.
+ */
+static bool
+cut_off_too_long_locked(void)
+{
+	struct timespec now;
+	int64		elapsed_ms;
+
+	if (conn_state == ZOO_CONNECTED_STATE || !ever_connected)
+		return false;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	elapsed_ms = (int64) (now.tv_sec - disconnected_at.tv_sec) * 1000 +
+		(now.tv_nsec - disconnected_at.tv_nsec) / 1000000;
+	return elapsed_ms >= zoo_recv_timeout(zh);
+}
+
+/* Has this session ended or become unusable, so its locks are gone? */
+bool
+zks_is_lost(void)
+{
+	bool		lost;
+
+	if (zh == NULL)
+		return false;
+	pthread_mutex_lock(&shared_mutex);
+	lost = session_expired || auth_failed || cut_off_too_long_locked();
+	pthread_mutex_unlock(&shared_mutex);
+	return lost;
+}
+
+static void
+check_session_alive(void)
+{
+	if (zks_is_lost())
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("zklock lost its ZooKeeper session"),
+				 errdetail("The session expired or was cut off for longer than its timeout of %d ms.",
+						   zoo_recv_timeout(zh))));
+}
+
+/*
+ * Wait for a reply.  Returns false if the deadline (0: none) passes first.
+ * A reply always comes: the library fails pending requests with a
+ * connection loss when the connection drops.
+ */
+bool
+zks_await(ZkRequest *req, TimestampTz deadline)
+{
+	for (;;)
+	{
+		bool		done;
+		long		timeout;
+
+		pthread_mutex_lock(&shared_mutex);
+		done = req->done;
+		pthread_mutex_unlock(&shared_mutex);
+		if (done)
+			return true;
+		timeout = ms_until(deadline);
+		if (timeout == 0)
+			return false;
+		sleep_for_event(timeout, true);
+	}
+}
+
+uint64
+zks_watch_generation(void)
+{
+	uint64		generation;
+
+	pthread_mutex_lock(&shared_mutex);
+	generation = watch_generation;
+	pthread_mutex_unlock(&shared_mutex);
+	return generation;
+}
+
+/*
+ * Wait for any watch or session event after the given generation.  Returns
+ * false if the deadline passes first; raises an ERROR if the session is
+ * lost meanwhile.
+ */
+bool
+zks_await_watch(uint64 generation, TimestampTz deadline)
+{
+	for (;;)
+	{
+		long		timeout;
+
+		check_session_alive();
+		if (zks_watch_generation() != generation)
+			return true;
+		timeout = ms_until(deadline);
+		if (timeout == 0)
+			return false;
+		/* Wake up in time to notice a session that is cut off too long. */
+		if (timeout < 0 || timeout > 1000)
+			timeout = 1000;
+		sleep_for_event(timeout, true);
+	}
+}
+
+/* Wait until the session is connected.  False if the deadline passes. */
+bool
+zks_await_connected(TimestampTz deadline)
+{
+	for (;;)
+	{
+		bool		connected;
+		long		timeout;
+
+		check_session_alive();
+		pthread_mutex_lock(&shared_mutex);
+		connected = (conn_state == ZOO_CONNECTED_STATE);
+		pthread_mutex_unlock(&shared_mutex);
+		if (connected)
+			return true;
+		timeout = ms_until(deadline);
+		if (timeout == 0)
+			return false;
+		if (timeout < 0 || timeout > 1000)
+			timeout = 1000;
+		sleep_for_event(timeout, true);
+	}
+}
+
+/*
+ * Wait, without servicing interrupts, until every janitor task has been
+ * answered or is waiting for a reconnect, or timeout_ms passes.  Used where
+ * the caller must not be interrupted: error cleanup and transaction end.
+ */
+void
+zks_settle(int timeout_ms)
+{
+	TimestampTz deadline;
+
+	if (zh == NULL)
+		return;
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	for (;;)
+	{
+		bool		busy = false;
+		JanitorTask *task;
+		long		timeout;
+
+		pthread_mutex_lock(&shared_mutex);
+		for (task = janitor_tasks; task; task = task->next)
+			busy |= task->in_flight;
+		pthread_mutex_unlock(&shared_mutex);
+		timeout = ms_until(deadline);
+		if (!busy || timeout == 0)
+			return;
+		sleep_for_event(timeout, false);
+	}
+}
+
+static void
+close_at_exit(int code, Datum arg)
+{
+	zks_close();
+}
+
+static void
+prepare_backend_resources(void)
+{
+	if (wake_fd < 0)
+	{
+		wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (wake_fd < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+					 errmsg("could not create eventfd: %m")));
+	}
+	if (wait_set == NULL)
+	{
+		wait_set = CreateWaitEventSet(TopMemoryContext, 3);
+		AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch,
+						  NULL);
+		AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET,
+						  NULL, NULL);
+		AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, wake_fd, NULL, NULL);
+	}
+	if (!exit_callback_registered)
+	{
+		on_proc_exit(close_at_exit, (Datum) 0);
+		exit_callback_registered = true;
+	}
+}
+
+bool
+zks_is_open(void)
+{
+	return zh != NULL;
+}
+
+/* Would opening a session now use other settings than the open one? */
+bool
+zks_settings_changed(void)
+{
+	return zh != NULL &&
+		(strcmp(opened_hosts, zklock_hosts ? zklock_hosts : "") != 0 ||
+		 opened_session_timeout != zklock_session_timeout);
+}
+
+int64
+zks_session_id(void)
+{
+	return session_id;
+}
+
+/*
+ * Open the session if there is none, and wait until it is connected.  The
+ * handle stays open if the wait is interrupted, and the next call goes on
+ * waiting for it.
+ */
+void
+zks_open(void)
+{
+	TimestampTz deadline;
+
+	if (zklock_hosts == NULL || zklock_hosts[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("zklock.hosts is not set"),
+				 errhint("Set zklock.hosts to the ZooKeeper connect string, for example \"zk1:2181,zk2:2181,zk3:2181\", in postgresql.conf.")));
+
+	prepare_backend_resources();
+
+	if (zh == NULL)
+	{
+		sigset_t	all_signals;
+		sigset_t	saved_signals;
+		char	   *hosts = MemoryContextStrdup(TopMemoryContext, zklock_hosts);
+
+		zoo_set_debug_level((ZooLogLevel) zklock_client_log_level);
+
+		pthread_mutex_lock(&shared_mutex);
+		conn_state = 0;
+		session_expired = false;
+		auth_failed = false;
+		ever_connected = false;
+		pthread_mutex_unlock(&shared_mutex);
+
+		/* The library's threads inherit this mask: keep our signals off them. */
+		sigfillset(&all_signals);
+		pthread_sigmask(SIG_SETMASK, &all_signals, &saved_signals);
+		zh = zookeeper_init(hosts, session_watcher, zklock_session_timeout,
+							NULL, NULL, 0);
+		pthread_sigmask(SIG_SETMASK, &saved_signals, NULL);
+
+		if (zh == NULL)
+		{
+			pfree(hosts);
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("could not start a ZooKeeper session for \"%s\": %m",
+							zklock_hosts),
+					 errhint("Check the connect string in zklock.hosts.")));
+		}
+		if (opened_hosts)
+			pfree(opened_hosts);
+		opened_hosts = hosts;
+		opened_session_timeout = zklock_session_timeout;
+		session_id = 0;
+	}
+
+	if (session_id != 0 && !zks_is_lost())
+		return;
+
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+										   zklock_connect_timeout);
+	if (!zks_await_connected(deadline))
+	{
+		char	   *hosts = pstrdup(opened_hosts);
+
+		zks_close();
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("could not connect to ZooKeeper at \"%s\" within %d ms",
+						hosts, zklock_connect_timeout),
+				 errhint("Check that the ensemble is running and reachable, or raise zklock.connect_timeout.")));
+	}
+	session_id = zoo_client_id(zh)->client_id;
+}
+
+/*
+ * Close the session.  The server deletes our ephemeral nodes at once.  Never
+ * called from a library thread: zookeeper_close joins them.
+ */
+void
+zks_close(void)
+{
+	zhandle_t  *handle = zh;
+
+	if (handle == NULL)
+		return;
+	pthread_mutex_lock(&shared_mutex);
+	zh = NULL;
+	janitor_clear_locked();
+	pthread_mutex_unlock(&shared_mutex);
+	zookeeper_close(handle);
+	session_id = 0;
+}
+
+void
+zks_report_error(int rc, const char *what, const char *path)
+{
+	if (rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("zklock lost its ZooKeeper session"),
+				 errdetail("Could not %s \"%s\": %s.", what, path, zerror(rc))));
+	ereport(ERROR,
+			(errcode(rc == ZNOAUTH ? ERRCODE_INSUFFICIENT_PRIVILEGE :
+					 ERRCODE_CONNECTION_FAILURE),
+			 errmsg("could not %s ZooKeeper node \"%s\": %s",
+					what, path, zerror(rc))));
+}

@@ -1,0 +1,65 @@
+/*-------------------------------------------------------------------------
+ *
+ * zk_session.h
+ *	  The backend's one ZooKeeper session: opening it, sending asynchronous
+ *	  requests, waiting for their replies and for watches, and the janitor
+ *	  that makes sure abandoned lock nodes are deleted.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ZK_SESSION_H
+#define ZK_SESSION_H
+
+#include "datatype/timestamp.h"
+
+#include <zookeeper/zookeeper.h>
+
+/*
+ * One asynchronous request.  The completion thread fills in the result and
+ * sets done; nothing in it belongs to PostgreSQL's memory management, since
+ * the completion thread may have to free it.
+ */
+typedef struct ZkRequest
+{
+	bool		done;
+	bool		abandoned;		/* the backend stopped waiting for it */
+	int			rc;
+	char	   *path;			/* create: the node created */
+	struct Stat stat;			/* create, exists */
+	int			nchildren;		/* get_children */
+	char	  **children;
+} ZkRequest;
+
+/* Settings, owned by the GUCs in zklock.c. */
+extern char *zklock_hosts;
+extern int	zklock_session_timeout;
+extern int	zklock_connect_timeout;
+extern int	zklock_client_log_level;
+
+extern void zks_open(void);
+extern void zks_close(void);
+extern bool zks_is_open(void);
+extern bool zks_is_lost(void);
+extern bool zks_settings_changed(void);
+extern int64 zks_session_id(void);
+
+extern ZkRequest *zks_create(const char *path, const char *data, int datalen,
+							 int mode);
+extern ZkRequest *zks_get_children(const char *path);
+extern ZkRequest *zks_exists(const char *path);
+extern ZkRequest *zks_watch_data(const char *path);
+extern bool zks_await(ZkRequest *req, TimestampTz deadline);
+extern void zks_release_request(ZkRequest *req);
+
+extern uint64 zks_watch_generation(void);
+extern bool zks_await_watch(uint64 generation, TimestampTz deadline);
+extern bool zks_await_connected(TimestampTz deadline);
+
+extern void zks_delete_later(const char *path);
+extern void zks_sweep_later(const char *parent, const char *guid);
+extern void zks_settle(int timeout_ms);
+
+extern void zks_report_error(int rc, const char *what, const char *path)
+			pg_attribute_noreturn();
+
+#endif							/* ZK_SESSION_H */

@@ -1,0 +1,403 @@
+/*-------------------------------------------------------------------------
+ *
+ * zklock.c
+ *	  Cluster-wide locks for SQL, backed by Apache ZooKeeper: the SQL-facing
+ *	  functions and the extension's settings.
+ *
+ * The functions mirror PostgreSQL's advisory locks.  zk_lock() and friends
+ * take session-level holds, ended by zk_unlock() or zk_unlock_all();
+ * zk_xact_lock() and friends take transaction-level holds, ended by COMMIT
+ * or ROLLBACK (or ROLLBACK TO the savepoint before them).  Holds stack.
+ *
+ * The code is split by responsibility:
+ *	  zklock.c		SQL functions and GUCs (this file)
+ *	  zk_holds.c	the backend's table of held locks, transaction callbacks
+ *	  zk_recipe.c	the ZooKeeper lock recipe
+ *	  zk_session.c	the ZooKeeper session, its threads, waiting, the janitor
+ *	  zk_names.c	lock names to znode names, contender node parsing
+ *
+ * Rules that hold throughout:
+ *	- Nothing of PostgreSQL runs on a ZooKeeper client thread.
+ *	- Every wait is interruptible (cancel, statement_timeout, lock_timeout,
+ *	  termination, postmaster death).
+ *	- Every way out of a wait other than a grant deletes the waiter's node.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <unistd.h>
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "access/xact.h"
+#include "commands/dbcommands.h"
+#include "postmaster/postmaster.h"
+#include "storage/proc.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/json.h"
+#include "utils/memutils.h"
+#include "utils/timeout.h"
+#include "utils/timestamp.h"
+
+#include "zk_holds.h"
+#include "zk_session.h"
+
+PG_MODULE_MAGIC;
+
+static char *zklock_root = NULL;
+
+static const struct config_enum_entry client_log_levels[] = {
+	{"error", ZOO_LOG_LEVEL_ERROR, false},
+	{"warn", ZOO_LOG_LEVEL_WARN, false},
+	{"info", ZOO_LOG_LEVEL_INFO, false},
+	{"debug", ZOO_LOG_LEVEL_DEBUG, false},
+	{NULL, 0, false}
+};
+
+void		_PG_init(void);
+
+/*
+ * zklock.root must be an absolute path of plain components, short enough
+ * for every lock path to fit, and outside ZooKeeper's own /zookeeper tree.
+ */
+static bool
+check_root(char **newval, void **extra, GucSource source)
+{
+	const char *root = *newval;
+	const char *p;
+
+	if (root[0] != '/' || strlen(root) > ZKR_ROOT_MAX ||
+		root[strlen(root) - 1] == '/')
+	{
+		GUC_check_errdetail("zklock.root must be an absolute ZooKeeper path of at most %d bytes, without a trailing slash.",
+							ZKR_ROOT_MAX);
+		return false;
+	}
+	for (p = root; *p; p++)
+	{
+		if (!(isalnum((unsigned char) *p) || *p == '_' || *p == '-' ||
+			  *p == '.' || *p == '/'))
+		{
+			GUC_check_errdetail("zklock.root may contain only letters, digits, \"_\", \"-\", \".\" and \"/\".");
+			return false;
+		}
+		if (*p == '/' &&
+			(p[1] == '/' ||
+			 (p[1] == '.' && (p[2] == '/' || p[2] == '\0')) ||
+			 (p[1] == '.' && p[2] == '.' && (p[3] == '/' || p[3] == '\0'))))
+		{
+			GUC_check_errdetail("zklock.root must not contain empty, \".\" or \"..\" components.");
+			return false;
+		}
+	}
+	if (strcmp(root, "/zookeeper") == 0 || strncmp(root, "/zookeeper/", 11) == 0)
+	{
+		GUC_check_errdetail("The /zookeeper tree belongs to ZooKeeper itself.");
+		return false;
+	}
+	return true;
+}
+
+void
+_PG_init(void)
+{
+	DefineCustomStringVariable("zklock.hosts",
+							   "ZooKeeper connect string, such as \"zk1:2181,zk2:2181,zk3:2181\".",
+							   "Takes effect when the backend next opens a ZooKeeper session.",
+							   &zklock_hosts,
+							   "",
+							   PGC_SUSET,
+							   0,
+							   NULL, NULL, NULL);
+	DefineCustomStringVariable("zklock.root",
+							   "ZooKeeper path under which lock nodes are kept.",
+							   NULL,
+							   &zklock_root,
+							   "/zklock",
+							   PGC_SUSET,
+							   0,
+							   check_root, NULL, NULL);
+	DefineCustomIntVariable("zklock.session_timeout",
+							"ZooKeeper session timeout requested by each backend.",
+							"The ensemble may clamp it.  Takes effect when the backend next opens a session.",
+							&zklock_session_timeout,
+							10000, 1000, 600000,
+							PGC_SUSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("zklock.connect_timeout",
+							"How long a lock call waits for ZooKeeper to answer before it fails.",
+							NULL,
+							&zklock_connect_timeout,
+							5000, 100, 600000,
+							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomEnumVariable("zklock.client_log_level",
+							 "Level of the ZooKeeper client library's own messages on the server's standard error.",
+							 NULL,
+							 &zklock_client_log_level,
+							 ZOO_LOG_LEVEL_ERROR,
+							 client_log_levels,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+	MarkGUCPrefixReserved("zklock");
+
+	RegisterXactCallback(zkh_xact_callback, NULL);
+	RegisterSubXactCallback(zkh_subxact_callback, NULL);
+}
+
+/*
+ * Before any lock work: if the session was lost, report the lost locks and
+ * close it; if settings changed and nothing is held, close it so the next
+ * lock opens one with the new settings.
+ */
+static void
+check_session(void)
+{
+	if (!zks_is_open())
+		return;
+	if (zks_is_lost())
+	{
+		zkh_drop_lost();
+		zks_close();
+	}
+	else if (zks_settings_changed() && zkh_is_empty())
+		zks_close();
+}
+
+/* Read the lock name argument and compute its parent path. */
+static void
+get_lock_parent(FunctionCallInfo fcinfo, char parent[ZKR_PARENT_MAX],
+				char name[ZKN_NAME_MAX + 1])
+{
+	text	   *arg;
+	char		encoded[ZKN_ENCODED_MAX];
+	int			len;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("zklock name must not be null")));
+	arg = PG_GETARG_TEXT_PP(0);
+	len = VARSIZE_ANY_EXHDR(arg);
+
+	switch (zkn_encode_name(VARDATA_ANY(arg), len, encoded))
+	{
+		case ZKN_EMPTY:
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("zklock name must not be empty")));
+			break;
+		case ZKN_TOO_LONG:
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("zklock name is too long"),
+					 errdetail("The name is %d bytes long; the limit is %d bytes.",
+							   len, ZKN_NAME_MAX)));
+			break;
+		case ZKN_OK:
+			break;
+	}
+	memcpy(name, VARDATA_ANY(arg), len);
+	name[len] = '\0';
+	snprintf(parent, ZKR_PARENT_MAX, "%s/%s", zklock_root, encoded);
+}
+
+/* Read the timeout argument as milliseconds. */
+static int64
+get_timeout_ms(FunctionCallInfo fcinfo)
+{
+	Interval   *timeout;
+	int64		ms;
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("zklock timeout must not be null")));
+	timeout = PG_GETARG_INTERVAL_P(1);
+	ms = timeout->time / 1000 +
+		((int64) timeout->month * DAYS_PER_MONTH + timeout->day) *
+		SECS_PER_DAY * 1000;
+	if (ms < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("zklock timeout must not be negative")));
+	return ms;
+}
+
+/*
+ * Who holds the node, as a small JSON document, so an operator looking at
+ * ZooKeeper can tell which backend holds a lock.
+ */
+static char *
+holder_identity(void)
+{
+	static char *database = NULL;
+	static char *user = NULL;
+	char		host[256];
+	StringInfoData buf;
+
+	if (database == NULL)
+	{
+		database = MemoryContextStrdup(TopMemoryContext,
+									   get_database_name(MyDatabaseId));
+		user = MemoryContextStrdup(TopMemoryContext,
+								   GetUserNameFromId(GetSessionUserId(), false));
+	}
+	if (gethostname(host, sizeof(host)) != 0)
+		strlcpy(host, "unknown", sizeof(host));
+	host[sizeof(host) - 1] = '\0';
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{\"host\":");
+	escape_json(&buf, host);
+	appendStringInfo(&buf, ",\"port\":%d,\"pid\":%d,\"database\":",
+					 PostPortNumber, MyProcPid);
+	escape_json(&buf, database);
+	appendStringInfoString(&buf, ",\"user\":");
+	escape_json(&buf, user);
+	appendStringInfoString(&buf, ",\"application_name\":");
+	escape_json(&buf, application_name ? application_name : "");
+	appendStringInfoChar(&buf, '}');
+	return buf.data;
+}
+
+/* Wait in ZooKeeper's queue, under lock_timeout as a heavyweight lock is. */
+static bool
+wait_for_grant(const char *parent, ZkHold *hold, bool try_only,
+			   int64 timeout_ms)
+{
+	char	   *identity = holder_identity();
+	bool		wait = !try_only && timeout_ms != 0;
+	bool		arm_lock_timeout = wait && LockTimeout > 0;
+	TimestampTz deadline = 0;
+	bool		granted;
+
+	if (timeout_ms > 0)
+		deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+											   timeout_ms);
+	if (arm_lock_timeout)
+		enable_timeout_after(LOCK_TIMEOUT, LockTimeout);
+	granted = zkr_acquire(parent, identity, wait, deadline, &hold->node);
+	if (arm_lock_timeout)
+		disable_timeout(LOCK_TIMEOUT, false);
+	pfree(identity);
+	return granted;
+}
+
+/*
+ * Take one hold on the lock named by argument 0.  A lock this backend holds
+ * already just gains a hold.  Otherwise wait in ZooKeeper's queue: not at
+ * all (try), until timeout_ms (>= 0), or without limit (-1).
+ */
+static bool
+acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int64 timeout_ms)
+{
+	char		parent[ZKR_PARENT_MAX];
+	char		name[ZKN_NAME_MAX + 1];
+	ZkHold	   *hold;
+	bool		granted = false;
+
+	get_lock_parent(fcinfo, parent, name);
+	check_session();
+
+	hold = zkh_find(parent);
+	if (hold)
+	{
+		zkh_prepare_hold(hold);
+		zkh_add_hold(hold, xact);
+		return true;
+	}
+
+	zks_open();
+	hold = zkh_reserve(parent, name);
+
+	PG_TRY();
+	{
+		zkh_prepare_hold(hold);
+		granted = wait_for_grant(parent, hold, try_only, timeout_ms);
+	}
+	PG_CATCH();
+	{
+		disable_timeout(LOCK_TIMEOUT, false);
+		zkh_forget(hold);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	if (granted)
+		zkh_add_hold(hold, xact);
+	else
+		zkh_forget(hold);
+	return granted;
+}
+
+PG_FUNCTION_INFO_V1(zk_lock);
+PG_FUNCTION_INFO_V1(zk_lock_timeout);
+PG_FUNCTION_INFO_V1(zk_try_lock);
+PG_FUNCTION_INFO_V1(zk_unlock);
+PG_FUNCTION_INFO_V1(zk_unlock_all);
+PG_FUNCTION_INFO_V1(zk_xact_lock);
+PG_FUNCTION_INFO_V1(zk_xact_lock_timeout);
+PG_FUNCTION_INFO_V1(zk_try_xact_lock);
+
+Datum
+zk_lock(PG_FUNCTION_ARGS)
+{
+	acquire(fcinfo, false, false, -1);
+	PG_RETURN_VOID();
+}
+
+Datum
+zk_lock_timeout(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire(fcinfo, false, false, get_timeout_ms(fcinfo)));
+}
+
+Datum
+zk_try_lock(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire(fcinfo, false, true, 0));
+}
+
+Datum
+zk_xact_lock(PG_FUNCTION_ARGS)
+{
+	acquire(fcinfo, true, false, -1);
+	PG_RETURN_VOID();
+}
+
+Datum
+zk_xact_lock_timeout(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire(fcinfo, true, false, get_timeout_ms(fcinfo)));
+}
+
+Datum
+zk_try_xact_lock(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire(fcinfo, true, true, 0));
+}
+
+Datum
+zk_unlock(PG_FUNCTION_ARGS)
+{
+	char		parent[ZKR_PARENT_MAX];
+	char		name[ZKN_NAME_MAX + 1];
+
+	get_lock_parent(fcinfo, parent, name);
+	check_session();
+	PG_RETURN_BOOL(zkh_release_session_hold(parent, name));
+}
+
+Datum
+zk_unlock_all(PG_FUNCTION_ARGS)
+{
+	check_session();
+	zkh_release_all_session_holds();
+	PG_RETURN_VOID();
+}
