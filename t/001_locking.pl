@@ -143,9 +143,32 @@ ok(zk_wait_contenders("$root/exit", 1, 3),
 run_sql($d, "SELECT zk_unlock('exit')");
 ok(zk_wait_contenders("$root/exit", 0), 'the queue is empty');
 
+# --- names and parents ----------------------------------------------------
+run_sql($b, "SELECT zk_lock('plain-name_1.x'); SELECT zk_lock('a/b'); "
+	  . "SELECT zk_lock('..'); SELECT zk_lock('zookeeper')");
+my %parents = map { $_ => 1 } zk_children($root);
+ok($parents{$_}, "lock parent $_ exists directly under the root")
+  for ('plain-name_1.x', 'a%2Fb', '%2E%2E', 'zookeeper');
+ok(!grep({ m{/} } keys %parents), 'no name reached below another node');
+run_sql($b, 'SELECT zk_unlock_all()');
+
+# Per-name parents are containers: the server reaps them once empty, and
+# the next acquire creates the parent again.
+ok(wait_until('the empty parent to be reaped',
+		sub { !grep { $_ eq 'a%2Fb' } zk_children($root) }),
+	'an unused lock parent is reaped by the server');
+($out, $err) = run_sql($b, "SELECT zk_try_lock('a/b')");
+is($out, 't', 'a lock whose parent was reaped is acquired again');
+is(scalar zk_contenders("$root/a%2Fb"), 1, 'in a re-created parent');
+run_sql($b, "SELECT zk_unlock('a/b')");
+
 $b->quit;
 $d->quit;
 $node->stop;
+
+# The client library's own chatter stays out of the server log.
+my $log = slurp_file($node->logfile);
+unlike($log, qr/ZOO_(INFO|DEBUG)/, 'no ZooKeeper client INFO or DEBUG lines in the server log');
 ok(wait_until('no lock nodes under the root',
 		sub { !grep { /-lock-/ } split /\n/, ZkTest::zkinspect('tree', $root) }),
 	'no lock node is left under the root');
