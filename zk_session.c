@@ -58,6 +58,7 @@ typedef struct JanitorTask
 	struct JanitorTask *next;
 	bool		sweep;			/* list path and delete children with guid */
 	bool		in_flight;
+	bool		orphaned;		/* dropped from the list; its completion frees it */
 	char	   *path;			/* node to delete, or parent to sweep */
 	char		guid[ZKN_GUID_LEN + 1];
 } JanitorTask;
@@ -105,7 +106,17 @@ drain_wake_fd(void)
 		;
 }
 
-/* Drop every janitor task; the session's nodes are gone with it. */
+static void
+janitor_free(JanitorTask *task)
+{
+	free(task->path);
+	free(task);
+}
+
+/*
+ * Drop every janitor task; the session's nodes are gone with it.  A task
+ * whose request is in flight is left for its completion to free.
+ */
 static void
 janitor_clear_locked(void)
 {
@@ -114,8 +125,10 @@ janitor_clear_locked(void)
 		JanitorTask *task = janitor_tasks;
 
 		janitor_tasks = task->next;
-		free(task->path);
-		free(task);
+		if (task->in_flight)
+			task->orphaned = true;
+		else
+			janitor_free(task);
 	}
 }
 
@@ -163,8 +176,7 @@ janitor_unlink_locked(JanitorTask *target)
 		if (*link == target)
 		{
 			*link = target->next;
-			free(target->path);
-			free(target);
+			janitor_free(target);
 			return;
 		}
 	}
@@ -181,11 +193,12 @@ static void
 janitor_finish(JanitorTask *task, int rc)
 {
 	pthread_mutex_lock(&shared_mutex);
-	if (rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE || rc == ZCLOSING)
+	task->in_flight = false;
+	if (task->orphaned)
+		janitor_free(task);
+	else if (rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE || rc == ZCLOSING)
 		janitor_clear_locked();
-	else if (janitor_should_retry(rc))
-		task->in_flight = false;
-	else
+	else if (!janitor_should_retry(rc))
 		janitor_unlink_locked(task);
 	pthread_mutex_unlock(&shared_mutex);
 	wake_backend();
@@ -225,6 +238,11 @@ janitor_sweep_done(int rc, const struct String_vector *children,
 	int			nfound = 0;
 	int			i;
 	zhandle_t  *handle = NULL;
+
+	pthread_mutex_lock(&shared_mutex);
+	if (sweep->orphaned)
+		rc = ZCLOSING;			/* janitor_finish frees it */
+	pthread_mutex_unlock(&shared_mutex);
 
 	if (rc == ZOK)
 	{
