@@ -13,6 +13,12 @@
  * those callbacks run with interrupts held and must not raise an ERROR, so
  * they only hand the nodes to the janitor and wait a bounded time.
  *
+ * When the ZooKeeper session is lost, every hold moves to a second table of
+ * lost holds.  They keep their counts so that zk_unlock can say the lock was
+ * lost, and so that a transaction holding a lost lock cannot commit: the
+ * pre-commit callback raises an ERROR naming it.  Ending them (unlock,
+ * unlock_all, transaction end) just forgets them.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -22,19 +28,28 @@
 #include "utils/memutils.h"
 
 #include "zk_holds.h"
+#include "zk_session.h"
 
 static HTAB *holds = NULL;
+static HTAB *lost_holds = NULL;
 
-static void
-ensure_table(void)
+static HTAB *
+make_table(const char *name)
 {
 	HASHCTL		ctl;
 
-	if (holds)
-		return;
 	ctl.keysize = ZKR_PARENT_MAX;
 	ctl.entrysize = sizeof(ZkHold);
-	holds = hash_create("zklock holds", 16, &ctl, HASH_ELEM | HASH_STRINGS);
+	return hash_create(name, 16, &ctl, HASH_ELEM | HASH_STRINGS);
+}
+
+static void
+ensure_tables(void)
+{
+	if (holds == NULL)
+		holds = make_table("zklock holds");
+	if (lost_holds == NULL)
+		lost_holds = make_table("zklock lost holds");
 }
 
 ZkHold *
@@ -52,17 +67,36 @@ zkh_reserve(const char *parent, const char *name)
 	ZkHold	   *hold;
 	bool		found;
 
-	ensure_table();
+	ensure_tables();
 	hold = hash_search(holds, parent, HASH_ENTER, &found);
 	Assert(!found);
 	strlcpy(hold->name, name, sizeof(hold->name));
 	hold->node.path[0] = '\0';
 	hold->node.czxid = 0;
+	hold->connect_count = zks_connect_count();
 	hold->session_count = 0;
 	hold->xact_count = 0;
 	hold->xact_subids = NULL;
 	hold->xact_alloc = 0;
 	return hold;
+}
+
+static void
+reserve_subids(ZkHold *hold, int needed)
+{
+	int			alloc;
+
+	if (needed <= hold->xact_alloc)
+		return;
+	alloc = Max(needed, Max(4, hold->xact_alloc * 2));
+	/* Record the new size only once the memory is there. */
+	if (hold->xact_subids == NULL)
+		hold->xact_subids = MemoryContextAlloc(TopMemoryContext,
+											   alloc * sizeof(SubTransactionId));
+	else
+		hold->xact_subids = repalloc(hold->xact_subids,
+									 alloc * sizeof(SubTransactionId));
+	hold->xact_alloc = alloc;
 }
 
 /*
@@ -72,56 +106,116 @@ zkh_reserve(const char *parent, const char *name)
 void
 zkh_prepare_hold(ZkHold *hold)
 {
-	if (hold->xact_count < hold->xact_alloc)
-		return;
-	if (hold->xact_subids == NULL)
+	reserve_subids(hold, hold->xact_count + 1);
+}
+
+/* A loss should cancel the running statement only in a critical section. */
+static void
+update_cancel_on_loss(void)
+{
+	HASH_SEQ_STATUS status;
+	ZkHold	   *hold;
+	bool		any = false;
+
+	if (holds)
 	{
-		hold->xact_alloc = 4;
-		hold->xact_subids = MemoryContextAlloc(TopMemoryContext,
-											   hold->xact_alloc * sizeof(SubTransactionId));
+		hash_seq_init(&status, holds);
+		while ((hold = hash_seq_search(&status)) != NULL)
+			any |= hold->xact_count > 0;
 	}
-	else
-	{
-		hold->xact_alloc *= 2;
-		hold->xact_subids = repalloc(hold->xact_subids,
-									 hold->xact_alloc * sizeof(SubTransactionId));
-	}
+	zks_set_cancel_on_loss(any);
 }
 
 void
 zkh_add_hold(ZkHold *hold, bool xact)
 {
 	if (xact)
+	{
 		hold->xact_subids[hold->xact_count++] = GetCurrentSubTransactionId();
+		if (hold->xact_count == 1)
+			zks_set_cancel_on_loss(true);
+	}
 	else
 		hold->session_count++;
+}
+
+static void
+remove_entry(HTAB *table, ZkHold *hold)
+{
+	if (hold->xact_subids)
+		pfree(hold->xact_subids);
+	hash_search(table, hold->parent, HASH_REMOVE, NULL);
 }
 
 /* Drop an entry without touching its node. */
 void
 zkh_forget(ZkHold *hold)
 {
-	if (hold->xact_subids)
-		pfree(hold->xact_subids);
-	hash_search(holds, hold->parent, HASH_REMOVE, NULL);
+	remove_entry(holds, hold);
 }
 
-/* If no hold is left, delete the node and drop the entry. */
-static bool
-release_if_unheld(ZkHold *hold)
+/* What the releases of one operation left to do; see finish_releases. */
+static bool releases_pending = false;
+static bool release_failed = false;
+
+/*
+ * If no hold is left, hand the node to the janitor (lost holds have none
+ * any more) and drop the entry.
+ */
+static void
+release_if_unheld(HTAB *table, ZkHold *hold)
 {
 	if (hold->session_count > 0 || hold->xact_count > 0)
-		return false;
-	zkr_release(hold->node.path);
-	zkh_forget(hold);
-	return true;
+		return;
+	if (table == holds)
+	{
+		if (zkr_release(hold->node.path))
+			releases_pending = true;
+		else
+			release_failed = true;
+	}
+	remove_entry(table, hold);
+}
+
+/*
+ * Wait for the nodes released to be gone.  If one could not even be handed
+ * to the janitor (out of memory), end the session: that deletes every node
+ * this backend has, so no lock is left stuck, and the other holds are
+ * reported lost.  Raises no ERROR, for the transaction-end callbacks.
+ */
+static void
+finish_releases(void)
+{
+	if (release_failed)
+	{
+		zkh_mark_all_lost();
+		zks_close();
+	}
+	else if (releases_pending)
+		zkr_wait_released();
+	releases_pending = false;
+	release_failed = false;
 }
 
 bool
 zkh_release_session_hold(const char *parent, const char *name)
 {
-	ZkHold	   *hold = zkh_find(parent);
+	ZkHold	   *hold;
 
+	/* A lost hold is reported first, so the job learns of the loss. */
+	hold = lost_holds ? hash_search(lost_holds, parent, HASH_FIND, NULL) : NULL;
+	if (hold && hold->session_count > 0)
+	{
+		hold->session_count--;
+		release_if_unheld(lost_holds, hold);
+		ereport(WARNING,
+				(errmsg("zklock \"%s\" was lost with the ZooKeeper session and is not held",
+						name),
+				 errhint("Another client may have held it since the loss.")));
+		return false;
+	}
+
+	hold = zkh_find(parent);
 	if (hold == NULL || hold->session_count == 0)
 	{
 		ereport(WARNING,
@@ -130,28 +224,33 @@ zkh_release_session_hold(const char *parent, const char *name)
 		return false;
 	}
 	hold->session_count--;
-	if (release_if_unheld(hold))
-		zkr_wait_released();
+	release_if_unheld(holds, hold);
+	finish_releases();
 	return true;
+}
+
+static void
+release_all_session_holds_in(HTAB *table)
+{
+	HASH_SEQ_STATUS status;
+	ZkHold	   *hold;
+
+	if (table == NULL)
+		return;
+	hash_seq_init(&status, table);
+	while ((hold = hash_seq_search(&status)) != NULL)
+	{
+		hold->session_count = 0;
+		release_if_unheld(table, hold);
+	}
 }
 
 void
 zkh_release_all_session_holds(void)
 {
-	HASH_SEQ_STATUS status;
-	ZkHold	   *hold;
-	bool		released = false;
-
-	if (holds == NULL)
-		return;
-	hash_seq_init(&status, holds);
-	while ((hold = hash_seq_search(&status)) != NULL)
-	{
-		hold->session_count = 0;
-		released |= release_if_unheld(hold);
-	}
-	if (released)
-		zkr_wait_released();
+	release_all_session_holds_in(lost_holds);
+	release_all_session_holds_in(holds);
+	finish_releases();
 }
 
 bool
@@ -160,12 +259,44 @@ zkh_is_empty(void)
 	return holds == NULL || hash_get_num_entries(holds) == 0;
 }
 
+/* Move one live hold to the lost table, merging with an earlier loss. */
+static void
+move_to_lost(ZkHold *hold)
+{
+	ZkHold	   *lost;
+	bool		found;
+	int			i;
+
+	lost = hash_search(lost_holds, hold->parent, HASH_ENTER, &found);
+	if (!found)
+	{
+		strlcpy(lost->name, hold->name, sizeof(lost->name));
+		lost->node = hold->node;
+		lost->connect_count = hold->connect_count;
+		lost->session_count = 0;
+		lost->xact_count = 0;
+		lost->xact_subids = NULL;
+		lost->xact_alloc = 0;
+	}
+	reserve_subids(lost, lost->xact_count + hold->xact_count);
+	for (i = 0; i < hold->xact_count; i++)
+		lost->xact_subids[lost->xact_count++] = hold->xact_subids[i];
+	lost->session_count += hold->session_count;
+	remove_entry(holds, hold);
+}
+
+static void
+append_name(StringInfo names, const char *name)
+{
+	appendStringInfo(names, "%s\"%s\"", names->len > 0 ? ", " : "", name);
+}
+
 /*
- * The session that held our nodes is gone, and the nodes with it.  Say
- * which locks were lost and forget them.
+ * The session that held our nodes is gone, and the nodes with it.  Move
+ * every hold to the lost table and say which locks were lost.
  */
 void
-zkh_drop_lost(void)
+zkh_mark_all_lost(void)
 {
 	HASH_SEQ_STATUS status;
 	ZkHold	   *hold;
@@ -177,28 +308,124 @@ zkh_drop_lost(void)
 	hash_seq_init(&status, holds);
 	while ((hold = hash_seq_search(&status)) != NULL)
 	{
-		appendStringInfo(&names, "%s\"%s\"", names.len > 0 ? ", " : "",
-						 hold->name);
-		zkh_forget(hold);
+		append_name(&names, hold->name);
+		move_to_lost(hold);
 	}
+	zks_set_cancel_on_loss(false);
 	ereport(WARNING,
 			(errmsg("zklock lost its ZooKeeper session and with it these locks: %s",
 					names.data),
+			 errdetail("The session expired or was cut off for longer than its timeout."),
 			 errhint("Another client may have acquired them since.  Redo the work they protect under a new lock.")));
+	pfree(names.data);
+}
+
+/* Names of the locks held at transaction level, for messages. */
+char *
+zkh_xact_hold_names(void)
+{
+	HASH_SEQ_STATUS status;
+	ZkHold	   *hold;
+	StringInfoData names;
+
+	initStringInfo(&names);
+	if (holds)
+	{
+		hash_seq_init(&status, holds);
+		while ((hold = hash_seq_search(&status)) != NULL)
+			if (hold->xact_count > 0)
+				append_name(&names, hold->name);
+	}
+	return names.data;
+}
+
+/* The fencing token of a held lock, or 0 if it is not held. */
+int64
+zkh_token(const char *parent)
+{
+	ZkHold	   *hold = zkh_find(parent);
+
+	return hold ? hold->node.czxid : 0;
+}
+
+/*
+ * Before COMMIT: a transaction must not commit unless its zklocks are
+ * still held.  Wait out a disconnection (unsure) until the session is back
+ * or lost; after a reconnect, check that each node is still ours.
+ */
+static void
+confirm_xact_holds(void)
+{
+	HASH_SEQ_STATUS status;
+	ZkHold	   *hold;
+	StringInfoData lost_names;
+
+	if (zkh_is_empty())
+		return;
+	if (!zks_wait_while_unsure())
+	{
+		zkh_mark_all_lost();
+		zks_close();
+		return;
+	}
+
+	initStringInfo(&lost_names);
+	hash_seq_init(&status, holds);
+	while ((hold = hash_seq_search(&status)) != NULL)
+	{
+		if (hold->xact_count == 0 ||
+			hold->connect_count == zks_connect_count())
+			continue;
+		if (zkr_verify(hold->node.path))
+			hold->connect_count = zks_connect_count();
+		else
+		{
+			append_name(&lost_names, hold->name);
+			move_to_lost(hold);
+		}
+	}
+	if (lost_names.len > 0)
+		ereport(WARNING,
+				(errmsg("zklock lost these locks while disconnected: %s",
+						lost_names.data)));
+	pfree(lost_names.data);
+	update_cancel_on_loss();
+}
+
+static void
+refuse_commit_of_lost_holds(void)
+{
+	HASH_SEQ_STATUS status;
+	ZkHold	   *hold;
+	StringInfoData names;
+
+	if (lost_holds == NULL)
+		return;
+	initStringInfo(&names);
+	hash_seq_init(&status, lost_holds);
+	while ((hold = hash_seq_search(&status)) != NULL)
+		if (hold->xact_count > 0)
+			append_name(&names, hold->name);
+	if (names.len > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_TRANSACTION_ROLLBACK),
+				 errmsg("cannot commit: zklock lost transaction-level lock %s",
+						names.data),
+				 errdetail("The ZooKeeper session expired or was cut off for longer than its timeout while the transaction held the lock."),
+				 errhint("The transaction is rolled back.  Retry it under a new lock.")));
 	pfree(names.data);
 }
 
 /* End the transaction holds taken in subid, or in any subtransaction. */
 static void
-end_xact_holds(SubTransactionId subid, bool all)
+end_xact_holds_in(HTAB *table, SubTransactionId subid, bool all)
 {
 	HASH_SEQ_STATUS status;
 	ZkHold	   *hold;
-	bool		released = false;
 
-	if (holds == NULL)
+	if (table == NULL)
 		return;
-	hash_seq_init(&status, holds);
+	hash_seq_init(&status, table);
 	while ((hold = hash_seq_search(&status)) != NULL)
 	{
 		int			kept = 0;
@@ -210,21 +437,28 @@ end_xact_holds(SubTransactionId subid, bool all)
 		if (kept == hold->xact_count)
 			continue;
 		hold->xact_count = kept;
-		released |= release_if_unheld(hold);
+		release_if_unheld(table, hold);
 	}
-	if (released)
-		zkr_wait_released();
+}
+
+static void
+end_xact_holds(SubTransactionId subid, bool all)
+{
+	end_xact_holds_in(lost_holds, subid, all);
+	end_xact_holds_in(holds, subid, all);
+	finish_releases();
+	update_cancel_on_loss();
 }
 
 static bool
-has_xact_holds(void)
+has_xact_holds_in(HTAB *table)
 {
 	HASH_SEQ_STATUS status;
 	ZkHold	   *hold;
 
-	if (holds == NULL)
+	if (table == NULL)
 		return false;
-	hash_seq_init(&status, holds);
+	hash_seq_init(&status, table);
 	while ((hold = hash_seq_search(&status)) != NULL)
 	{
 		if (hold->xact_count > 0)
@@ -241,9 +475,14 @@ zkh_xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
+		case XACT_EVENT_PRE_COMMIT:
+			if (has_xact_holds_in(holds))
+				confirm_xact_holds();
+			refuse_commit_of_lost_holds();
+			break;
 		case XACT_EVENT_PRE_PREPARE:
 			/* A ZooKeeper lock cannot outlive this backend's session. */
-			if (has_xact_holds())
+			if (has_xact_holds_in(holds) || has_xact_holds_in(lost_holds))
 				ereport(ERROR,
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 						 errmsg("cannot PREPARE a transaction that holds transaction-level zklocks"),
@@ -254,9 +493,31 @@ zkh_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			end_xact_holds(InvalidSubTransactionId, true);
+			/* A loss cancel that never reached a statement is moot now. */
+			(void) zks_take_loss_cancel();
 			break;
 		default:
 			break;
+	}
+}
+
+static void
+reassign_subxact(HTAB *table, SubTransactionId mySubid,
+				 SubTransactionId parentSubid)
+{
+	HASH_SEQ_STATUS status;
+	ZkHold	   *hold;
+
+	if (table == NULL)
+		return;
+	hash_seq_init(&status, table);
+	while ((hold = hash_seq_search(&status)) != NULL)
+	{
+		int			i;
+
+		for (i = 0; i < hold->xact_count; i++)
+			if (hold->xact_subids[i] == mySubid)
+				hold->xact_subids[i] = parentSubid;
 	}
 }
 
@@ -264,26 +525,14 @@ void
 zkh_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 					 SubTransactionId parentSubid, void *arg)
 {
-	HASH_SEQ_STATUS status;
-	ZkHold	   *hold;
-
-	if (holds == NULL)
-		return;
 	switch (event)
 	{
 		case SUBXACT_EVENT_ABORT_SUB:
 			end_xact_holds(mySubid, false);
 			break;
 		case SUBXACT_EVENT_COMMIT_SUB:
-			hash_seq_init(&status, holds);
-			while ((hold = hash_seq_search(&status)) != NULL)
-			{
-				int			i;
-
-				for (i = 0; i < hold->xact_count; i++)
-					if (hold->xact_subids[i] == mySubid)
-						hold->xact_subids[i] = parentSubid;
-			}
+			reassign_subxact(holds, mySubid, parentSubid);
+			reassign_subxact(lost_holds, mySubid, parentSubid);
 			break;
 		default:
 			break;

@@ -43,6 +43,8 @@ typedef struct Acquisition
 	char		guid[ZKN_GUID_LEN + 1];
 	char		prefix[ZKR_NODE_MAX];
 	ZkLockNode *node;			/* path[0] is '\0' until a node is ours */
+	TimestampTz deadline;		/* 0: none */
+	bool		timed_out;		/* the deadline passed */
 	bool		reply_lost;		/* a create may have been applied unseen */
 	ZkRequest  *create;
 	ZkRequest  *list;
@@ -62,6 +64,35 @@ release_request(ZkRequest **req)
 {
 	zks_release_request(*req);
 	*req = NULL;
+}
+
+/* The waits of an acquisition: false, and timed_out, at the deadline. */
+
+static bool
+await_reply(Acquisition *acq, ZkRequest *req)
+{
+	if (zks_await(req, acq->deadline))
+		return true;
+	acq->timed_out = true;
+	return false;
+}
+
+static bool
+await_connected(Acquisition *acq)
+{
+	if (zks_await_connected(acq->deadline))
+		return true;
+	acq->timed_out = true;
+	return false;
+}
+
+static bool
+await_watch(Acquisition *acq, uint64 generation)
+{
+	if (zks_await_watch(generation, acq->deadline))
+		return true;
+	acq->timed_out = true;
+	return false;
 }
 
 static void
@@ -92,10 +123,11 @@ basename_of(const char *path)
 /*
  * The parent (a container, so the server reaps it once unused) or the root
  * above it is missing.  Create the root's components and the parent in one
- * pipeline; those that exist already just answer ZNODEEXISTS.
+ * pipeline; those that exist already just answer ZNODEEXISTS.  Returns
+ * false at the deadline.
  */
-static void
-create_parent_path(Acquisition *acq, TimestampTz deadline)
+static bool
+create_parent_path(Acquisition *acq)
 {
 	char		path[ZKR_PARENT_MAX];
 	const char *slash;
@@ -120,8 +152,8 @@ create_parent_path(Acquisition *acq, TimestampTz deadline)
 	{
 		ZkRequest  *req = acq->path_creates[i];
 
-		if (!zks_await(req, deadline))
-			return;				/* the caller's create will time out too */
+		if (!await_reply(acq, req))
+			return false;
 		if (req->rc != ZOK && req->rc != ZNODEEXISTS &&
 			!is_retryable(req->rc))
 			zks_report_error(req->rc, "create", acq->parent);
@@ -129,27 +161,35 @@ create_parent_path(Acquisition *acq, TimestampTz deadline)
 	for (i = 0; i < acq->npath_creates; i++)
 		release_request(&acq->path_creates[i]);
 	acq->npath_creates = 0;
+	return true;
 }
+
+typedef enum Search
+{
+	SEARCH_FOUND,
+	SEARCH_NOT_FOUND,
+	SEARCH_TIMED_OUT
+} Search;
 
 /*
  * After a create whose reply was lost, look for the node by our uuid and
  * adopt it only if this session owns it: a node left by an expired session
- * is about to vanish.
+ * is about to vanish.  The listing is synced, since the server we are now
+ * connected to may not have seen the create yet.
  */
-static bool
-find_own_node(Acquisition *acq, TimestampTz deadline)
+static Search
+find_own_node(Acquisition *acq)
 {
 	char		found[ZKR_NODE_MAX] = "";
 	int32_t		found_seq = 0;
 	int			i;
+	int			rc;
 
-	acq->list = zks_get_children(acq->parent);
-	if (!zks_await(acq->list, deadline) || acq->list->rc != ZOK)
-	{
-		release_request(&acq->list);
-		return false;
-	}
-	for (i = 0; i < acq->list->nchildren; i++)
+	acq->list = zks_get_children_synced(acq->parent);
+	if (!await_reply(acq, acq->list))
+		return SEARCH_TIMED_OUT;
+	rc = acq->list->rc;
+	for (i = 0; rc == ZOK && i < acq->list->nchildren; i++)
 	{
 		const char *child = acq->list->children[i];
 		int32_t		seq;
@@ -164,11 +204,11 @@ find_own_node(Acquisition *acq, TimestampTz deadline)
 	}
 	release_request(&acq->list);
 	if (found[0] == '\0')
-		return false;
+		return SEARCH_NOT_FOUND;
 
 	acq->create = zks_exists(found);
-	if (!zks_await(acq->create, deadline))
-		return false;
+	if (!await_reply(acq, acq->create))
+		return SEARCH_TIMED_OUT;
 	if (acq->create->rc == ZOK &&
 		acq->create->stat.ephemeralOwner == zks_session_id())
 	{
@@ -176,15 +216,15 @@ find_own_node(Acquisition *acq, TimestampTz deadline)
 		acq->node->czxid = acq->create->stat.czxid;
 	}
 	release_request(&acq->create);
-	return acq->node->path[0] != '\0';
+	return acq->node->path[0] != '\0' ? SEARCH_FOUND : SEARCH_NOT_FOUND;
 }
 
 /*
  * Create our contender node and send the first listing right behind it.
- * Returns false if the deadline passed.
+ * Returns false at the deadline.
  */
 static bool
-create_node(Acquisition *acq, const char *data, TimestampTz deadline)
+create_node(Acquisition *acq, const char *data)
 {
 	int			missing_parent = 0;
 
@@ -195,11 +235,8 @@ create_node(Acquisition *acq, const char *data, TimestampTz deadline)
 		acq->create = zks_create(acq->prefix, data, strlen(data),
 								 ZOO_EPHEMERAL_SEQUENTIAL);
 		acq->list = zks_get_children(acq->parent);
-		if (!zks_await(acq->create, deadline))
-		{
-			acq->reply_lost = true;
+		if (!await_reply(acq, acq->create))
 			return false;
-		}
 		rc = acq->create->rc;
 		if (rc == ZOK)
 		{
@@ -212,15 +249,29 @@ create_node(Acquisition *acq, const char *data, TimestampTz deadline)
 		release_request(&acq->create);
 		release_request(&acq->list);
 
+		/* Only a refusal by the server proves no node was made. */
+		if (rc != ZNONODE && rc != ZNOAUTH && rc != ZBADARGUMENTS &&
+			rc != ZINVALIDACL)
+			acq->reply_lost = true;
+
 		if (rc == ZNONODE && ++missing_parent <= 3)
-			create_parent_path(acq, deadline);
+		{
+			if (!create_parent_path(acq))
+				return false;
+		}
 		else if (is_retryable(rc))
 		{
-			acq->reply_lost = true;
-			if (!zks_await_connected(deadline))
+			if (!await_connected(acq))
 				return false;
-			if (find_own_node(acq, deadline))
-				return true;
+			switch (find_own_node(acq))
+			{
+				case SEARCH_FOUND:
+					return true;
+				case SEARCH_TIMED_OUT:
+					return false;
+				case SEARCH_NOT_FOUND:
+					break;
+			}
 		}
 		else
 			zks_report_error(rc, "create", acq->prefix);
@@ -261,7 +312,10 @@ find_predecessor(Acquisition *acq, char *predecessor, size_t size)
 			char		stray[ZKR_NODE_MAX];
 
 			snprintf(stray, sizeof(stray), "%s/%s", acq->parent, child);
-			zks_delete_later(stray);
+			if (!zks_delete_later(stray))
+				ereport(ERROR,
+						(errcode(ERRCODE_OUT_OF_MEMORY),
+						 errmsg("out of memory")));
 			continue;
 		}
 		if (zkn_parse_contender(child, &seq) && seq < own_seq &&
@@ -283,10 +337,10 @@ find_predecessor(Acquisition *acq, char *predecessor, size_t size)
 
 /*
  * Wait in the queue until ours is the lowest node.  Returns false if we may
- * not or can no longer wait.
+ * not wait, or at the deadline.
  */
 static bool
-wait_in_queue(Acquisition *acq, bool wait, TimestampTz deadline)
+wait_in_queue(Acquisition *acq, bool wait)
 {
 	for (;;)
 	{
@@ -296,7 +350,7 @@ wait_in_queue(Acquisition *acq, bool wait, TimestampTz deadline)
 
 		if (acq->list == NULL)
 			acq->list = zks_get_children(acq->parent);
-		if (!zks_await(acq->list, deadline))
+		if (!await_reply(acq, acq->list))
 			return false;
 		rc = acq->list->rc;
 		if (rc != ZOK)
@@ -304,7 +358,7 @@ wait_in_queue(Acquisition *acq, bool wait, TimestampTz deadline)
 			release_request(&acq->list);
 			if (!is_retryable(rc))
 				zks_report_error(rc, "list children of", acq->parent);
-			if (!zks_await_connected(deadline))
+			if (!await_connected(acq))
 				return false;
 			continue;
 		}
@@ -320,18 +374,18 @@ wait_in_queue(Acquisition *acq, bool wait, TimestampTz deadline)
 		/* A get-data watch: an exists watch on a gone node would linger. */
 		generation = zks_watch_generation();
 		acq->watch = zks_watch_data(predecessor);
-		if (!zks_await(acq->watch, deadline))
+		if (!await_reply(acq, acq->watch))
 			return false;
 		rc = acq->watch->rc;
 		release_request(&acq->watch);
 		if (rc == ZOK)
 		{
-			if (!zks_await_watch(generation, deadline))
+			if (!await_watch(acq, generation))
 				return false;
 		}
 		else if (is_retryable(rc))
 		{
-			if (!zks_await_connected(deadline))
+			if (!await_connected(acq))
 				return false;
 		}
 		else if (rc != ZNONODE)
@@ -353,8 +407,10 @@ abandon(Acquisition *acq)
 	for (i = 0; i < acq->npath_creates; i++)
 		release_request(&acq->path_creates[i]);
 
-	if (acq->node->path[0] != '\0')
-		zks_delete_later(acq->node->path);
+	if (acq->node->path[0] != '\0' && !zks_delete_later(acq->node->path))
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
 	if (acq->reply_lost)
 		zks_sweep_later(acq->parent, acq->guid);
 	acq->node->path[0] = '\0';
@@ -364,19 +420,20 @@ abandon(Acquisition *acq)
 /*
  * Acquire the exclusive lock whose contenders live under parent.  With wait
  * false, give up at once if another contender is ahead; otherwise wait
- * until the deadline (0: none).  Returns true, with the node filled in, if
- * the lock is ours.
+ * until the deadline (0: none).  Either way, talking to ZooKeeper ends at
+ * the deadline.  On ZKR_GRANTED the node is filled in.
  */
-bool
+ZkrResult
 zkr_acquire(const char *parent, const char *data, bool wait,
 			TimestampTz deadline, ZkLockNode *node)
 {
 	/* In palloc'd memory: the error path reads what the wait wrote. */
 	Acquisition *acq = palloc0(sizeof(Acquisition));
-	bool		granted = false;
+	ZkrResult	result;
 
 	acq->parent = parent;
 	acq->node = node;
+	acq->deadline = deadline;
 	node->path[0] = '\0';
 	make_guid(acq->guid);
 	snprintf(acq->prefix, sizeof(acq->prefix), "%s/_c_%s-lock-",
@@ -384,8 +441,13 @@ zkr_acquire(const char *parent, const char *data, bool wait,
 
 	PG_TRY();
 	{
-		granted = create_node(acq, data, deadline) &&
-			wait_in_queue(acq, wait, deadline);
+		if (create_node(acq, data) && wait_in_queue(acq, wait))
+		{
+			zks_keep_node(node->path);
+			result = ZKR_GRANTED;
+		}
+		else
+			result = acq->timed_out ? ZKR_TIMED_OUT : ZKR_BUSY;
 	}
 	PG_CATCH();
 	{
@@ -396,25 +458,66 @@ zkr_acquire(const char *parent, const char *data, bool wait,
 	}
 	PG_END_TRY();
 
-	if (!granted)
+	if (result != ZKR_GRANTED)
 		abandon(acq);
 	pfree(acq);
-	return granted;
+	return result;
 }
 
-/* Delete a held lock's node; the janitor retries it across reconnects. */
-void
+/*
+ * Is this node still there and owned by our session?  Used after a
+ * reconnect, before a transaction that holds it commits.
+ */
+bool
+zkr_verify(const char *node_path)
+{
+	for (;;)
+	{
+		ZkRequest  *req = zks_exists(node_path);
+		int			rc;
+		bool		ours;
+
+		PG_TRY();
+		{
+			zks_await(req, 0);
+		}
+		PG_CATCH();
+		{
+			zks_release_request(req);
+			PG_RE_THROW();
+		}
+		PG_END_TRY();
+		rc = req->rc;
+		ours = rc == ZOK && req->stat.ephemeralOwner == zks_session_id();
+		zks_release_request(req);
+
+		if (rc == ZOK || rc == ZNONODE)
+			return ours;
+		if (!is_retryable(rc))
+			zks_report_error(rc, "check", node_path);
+		if (!zks_wait_while_unsure())
+			return false;
+	}
+}
+
+/*
+ * Delete a held lock's node; the janitor retries it across reconnects.
+ * Never raises an ERROR.  Returns false if the delete could not even be
+ * recorded (out of memory); the caller must then end the session.
+ */
+bool
 zkr_release(const char *node_path)
 {
-	zks_delete_later(node_path);
+	return zks_delete_later(node_path);
 }
 
 /*
  * Wait a bounded time for released nodes to be gone, so a caller that
- * returns has, when ZooKeeper is reachable, really let go.
+ * returns has, when ZooKeeper is reachable, really let go.  The bound is
+ * short and fixed: COMMIT waits here with interrupts held.
  */
 void
 zkr_wait_released(void)
 {
-	zks_settle(zklock_connect_timeout);
+	zks_settle(Min(zklock_connect_timeout, ZKR_RELEASE_WAIT_MAX_MS));
 }

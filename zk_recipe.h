@@ -23,15 +23,26 @@
 /* Longest contender path: <parent>/_c_<guid>-lock-<10-char sequence>. */
 #define ZKR_NODE_MAX		(ZKR_PARENT_MAX + 4 + ZKN_GUID_LEN + 6 + 10)
 
+/* Longest wait for ZooKeeper to confirm a release. */
+#define ZKR_RELEASE_WAIT_MAX_MS	2000
+
+typedef enum ZkrResult
+{
+	ZKR_GRANTED,
+	ZKR_BUSY,					/* another contender is ahead, and we may not wait */
+	ZKR_TIMED_OUT				/* the deadline passed */
+} ZkrResult;
+
 typedef struct ZkLockNode
 {
 	char		path[ZKR_NODE_MAX];
 	int64		czxid;
 } ZkLockNode;
 
-extern bool zkr_acquire(const char *parent, const char *data, bool wait,
-						TimestampTz deadline, ZkLockNode *node);
-extern void zkr_release(const char *node_path);
+extern ZkrResult zkr_acquire(const char *parent, const char *data, bool wait,
+							 TimestampTz deadline, ZkLockNode *node);
+extern bool zkr_release(const char *node_path);
+extern bool zkr_verify(const char *node_path);
 extern void zkr_wait_released(void);
 
 #endif							/* ZK_RECIPE_H */

@@ -35,6 +35,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <time.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -57,6 +58,7 @@ typedef struct JanitorTask
 {
 	struct JanitorTask *next;
 	bool		sweep;			/* list path and delete children with guid */
+	bool		dormant;		/* a held node: deleted on release or loss */
 	bool		in_flight;
 	bool		orphaned;		/* dropped from the list; its completion frees it */
 	char	   *path;			/* node to delete, or parent to sweep */
@@ -74,8 +76,26 @@ static bool session_expired = false;
 static bool auth_failed = false;
 static bool ever_connected = false;
 static struct timespec disconnected_at;
+static int	negotiated_timeout = 0;
 static uint64 watch_generation = 0;
+static uint64 connect_count = 0;
 static JanitorTask *janitor_tasks = NULL;
+
+/*
+ * The loss watchdog: a plain thread that notices when the session has been
+ * cut off for as long as its timeout (no library event says so) or has
+ * expired, and then, if a transaction holds zklocks, cancels the running
+ * statement with SIGINT so the critical section stops at once.  Also
+ * protected by shared_mutex.
+ */
+static pthread_cond_t watchdog_cond;
+static pthread_t watchdog_thread;
+static bool watchdog_running = false;
+static bool watchdog_stop = false;
+static bool loss_acted_on = false;
+static bool declared_lost = false;	/* sticky until a new handle is opened */
+static bool cancel_on_loss = false;
+static bool loss_cancel_sent = false;
 
 /* Backend-only state. */
 static int	wake_fd = -1;
@@ -86,6 +106,46 @@ static int	opened_session_timeout = 0;
 static int64 session_id = 0;
 
 static void janitor_send(zhandle_t *handle, JanitorTask *task);
+static void janitor_push_locked(JanitorTask *task);
+
+/*
+ * The client library's own messages go to standard error, which the server
+ * log collects.  While an ensemble is down the library reports every
+ * failed reconnect, many times a second, so let a few lines through per
+ * interval and count the rest.
+ */
+#define CLIENT_LOG_INTERVAL_SEC	10
+#define CLIENT_LOG_LINES		5
+
+static pthread_mutex_t client_log_mutex = PTHREAD_MUTEX_INITIALIZER;
+static time_t client_log_interval_start = 0;
+static int	client_log_lines = 0;
+static int	client_log_suppressed = 0;
+
+static void
+client_log(const char *message)
+{
+	time_t		now = time(NULL);
+
+	pthread_mutex_lock(&client_log_mutex);
+	if (now - client_log_interval_start >= CLIENT_LOG_INTERVAL_SEC)
+	{
+		if (client_log_suppressed > 0)
+			fprintf(stderr, "zklock: %d more ZooKeeper client messages suppressed\n",
+					client_log_suppressed);
+		client_log_interval_start = now;
+		client_log_lines = 0;
+		client_log_suppressed = 0;
+	}
+	if (client_log_lines < CLIENT_LOG_LINES)
+	{
+		client_log_lines++;
+		fprintf(stderr, "zklock: %s\n", message);
+	}
+	else
+		client_log_suppressed++;
+	pthread_mutex_unlock(&client_log_mutex);
+}
 
 /* Wake the backend.  Safe on any thread: a plain system call. */
 static void
@@ -152,7 +212,7 @@ janitor_kick(zhandle_t *handle)
 		for (task = janitor_tasks; task && n < (int) lengthof(to_send);
 			 task = task->next)
 		{
-			if (!task->in_flight)
+			if (!task->in_flight && !task->dormant)
 			{
 				task->in_flight = true;
 				to_send[n++] = task;
@@ -236,6 +296,7 @@ janitor_sweep_done(int rc, const struct String_vector *children,
 	JanitorTask *sweep = (JanitorTask *) data;
 	JanitorTask *found[32];
 	int			nfound = 0;
+	bool		complete = true;
 	int			i;
 	zhandle_t  *handle = NULL;
 
@@ -248,21 +309,24 @@ janitor_sweep_done(int rc, const struct String_vector *children,
 	{
 		pthread_mutex_lock(&shared_mutex);
 		handle = zh;
-		for (i = 0; i < children->count && nfound < (int) lengthof(found); i++)
+		for (i = 0; i < children->count; i++)
 		{
 			char		path[1024];
-			JanitorTask *task;
+			JanitorTask *task = NULL;
 
 			if (!zkn_has_guid(children->data[i], sweep->guid))
 				continue;
 			snprintf(path, sizeof(path), "%s/%s", sweep->path,
 					 children->data[i]);
-			task = janitor_new_task(false, path, NULL);
+			if (nfound < (int) lengthof(found))
+				task = janitor_new_task(false, path, NULL);
 			if (task == NULL)
-				continue;		/* retried by the next sweep */
+			{
+				complete = false;
+				continue;
+			}
 			task->in_flight = true;
-			task->next = janitor_tasks;
-			janitor_tasks = task;
+			janitor_push_locked(task);
 			found[nfound++] = task;
 		}
 		pthread_mutex_unlock(&shared_mutex);
@@ -270,7 +334,45 @@ janitor_sweep_done(int rc, const struct String_vector *children,
 		for (i = 0; i < nfound; i++)
 			janitor_send(handle, found[i]);
 	}
+
+	/*
+	 * Sweep again for what did not fit; the new listing is ordered after the
+	 * deletes just sent, so it shows only what is left.
+	 */
+	if (!complete)
+	{
+		janitor_finish(sweep, ZCONNECTIONLOSS);
+		janitor_kick(handle);
+		return;
+	}
 	janitor_finish(sweep, rc == ZNONODE ? ZOK : rc);
+}
+
+/*
+ * Did the library refuse a request before registering its completion?  For
+ * other errors (out of memory while queueing) the completion is already
+ * registered and will still come, with an error, on the next disconnect.
+ */
+static bool
+refused_outright(int rc)
+{
+	return rc == ZINVALIDSTATE || rc == ZBADARGUMENTS || rc == ZCLOSING;
+}
+
+static void
+sync_done(int rc, const char *value, const void *data)
+{
+}
+
+/*
+ * Make the server we are connected to catch up with the leader before the
+ * next read.  After a reconnect it need not have seen a create whose reply
+ * was lost; a read queued behind this sync has.
+ */
+static int
+send_sync(zhandle_t *handle, const char *path)
+{
+	return zoo_async(handle, path, sync_done, NULL);
 }
 
 static void
@@ -281,17 +383,22 @@ janitor_send(zhandle_t *handle, JanitorTask *task)
 	if (handle == NULL)
 		rc = ZCLOSING;
 	else if (task->sweep)
-		rc = zoo_aget_children(handle, task->path, 0, janitor_sweep_done, task);
+	{
+		rc = send_sync(handle, task->path);
+		if (rc == ZOK)
+			rc = zoo_aget_children(handle, task->path, 0, janitor_sweep_done,
+								   task);
+	}
 	else
 		rc = zoo_adelete(handle, task->path, -1, janitor_delete_done, task);
 
-	/* Not queued: no completion will come, so settle it here. */
-	if (rc != ZOK)
+	/* No completion will come, so settle it here. */
+	if (refused_outright(rc))
 		janitor_finish(task, rc);
 }
 
-static void
-janitor_add(bool sweep, const char *path, const char *guid)
+static JanitorTask *
+janitor_new_task_or_error(bool sweep, const char *path, const char *guid)
 {
 	JanitorTask *task = janitor_new_task(sweep, path, guid);
 
@@ -299,25 +406,86 @@ janitor_add(bool sweep, const char *path, const char *guid)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("out of memory")));
-	pthread_mutex_lock(&shared_mutex);
-	task->next = janitor_tasks;
-	janitor_tasks = task;
-	pthread_mutex_unlock(&shared_mutex);
-	janitor_kick(zh);
+	return task;
 }
 
-/* Delete this node, retrying across reconnects until the session ends. */
+static void
+janitor_push_locked(JanitorTask *task)
+{
+	task->next = janitor_tasks;
+	janitor_tasks = task;
+}
+
+/*
+ * Remember a node this backend now holds.  It stays in the janitor's list,
+ * dormant, so that it is deleted if the session is declared lost but comes
+ * back: the locks are given up then, and must not block others.
+ */
 void
+zks_keep_node(const char *path)
+{
+	JanitorTask *task = janitor_new_task_or_error(false, path, NULL);
+
+	task->dormant = true;
+	pthread_mutex_lock(&shared_mutex);
+	janitor_push_locked(task);
+	pthread_mutex_unlock(&shared_mutex);
+}
+
+/*
+ * Delete this node, retrying across reconnects until the session ends.
+ * Never raises an ERROR, so transaction-end callbacks may call it; returns
+ * false if it could not even record the task (out of memory).
+ */
+bool
 zks_delete_later(const char *path)
 {
-	janitor_add(false, path, NULL);
+	JanitorTask *task;
+
+	pthread_mutex_lock(&shared_mutex);
+	for (task = janitor_tasks; task; task = task->next)
+	{
+		if (task->dormant && strcmp(task->path, path) == 0)
+		{
+			task->dormant = false;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&shared_mutex);
+
+	if (task == NULL)
+	{
+		task = janitor_new_task(false, path, NULL);
+		if (task == NULL)
+			return false;
+		pthread_mutex_lock(&shared_mutex);
+		janitor_push_locked(task);
+		pthread_mutex_unlock(&shared_mutex);
+	}
+	janitor_kick(zh);
+	return true;
 }
 
 /* Delete every child of parent created with this guid, likewise. */
 void
 zks_sweep_later(const char *parent, const char *guid)
 {
-	janitor_add(true, parent, guid);
+	JanitorTask *task = janitor_new_task_or_error(true, parent, guid);
+
+	pthread_mutex_lock(&shared_mutex);
+	janitor_push_locked(task);
+	pthread_mutex_unlock(&shared_mutex);
+	janitor_kick(zh);
+}
+
+/* The session is declared lost: every held node is to go if it comes back. */
+static void
+janitor_wake_dormant_locked(void)
+{
+	JanitorTask *task;
+
+	for (task = janitor_tasks; task; task = task->next)
+		task->dormant = false;
 }
 
 /*
@@ -331,6 +499,7 @@ session_watcher(zhandle_t *handle, int type, int state, const char *path,
 				void *context)
 {
 	bool		reconnected = false;
+	int			timeout = zoo_recv_timeout(handle);
 
 	pthread_mutex_lock(&shared_mutex);
 	if (type == ZOO_SESSION_EVENT)
@@ -340,6 +509,8 @@ session_watcher(zhandle_t *handle, int type, int state, const char *path,
 		{
 			ever_connected = true;
 			reconnected = true;
+			negotiated_timeout = timeout;
+			connect_count++;
 		}
 		else if (state == ZOO_EXPIRED_SESSION_STATE)
 		{
@@ -353,6 +524,7 @@ session_watcher(zhandle_t *handle, int type, int state, const char *path,
 	}
 	/* After a reconnect a waiter re-checks the queue too. */
 	watch_generation++;
+	pthread_cond_signal(&watchdog_cond);
 	pthread_mutex_unlock(&shared_mutex);
 
 	if (reconnected)
@@ -460,13 +632,16 @@ request_new(void)
 	return req;
 }
 
-/* The library refused to queue the request; no completion will come. */
+/* Report a request the library did not queue. */
 static ZkRequest *
 request_queued(ZkRequest *req, int rc, const char *what, const char *path)
 {
 	if (rc != ZOK)
 	{
-		free(req);
+		if (refused_outright(rc))
+			free(req);
+		else
+			zks_release_request(req);	/* its completion frees it */
 		zks_report_error(rc, what, path);
 	}
 	return req;
@@ -492,6 +667,22 @@ zks_get_children(const char *path)
 	return request_queued(req,
 						  zoo_aget_children(zh, path, 0, children_done, req),
 						  "list children of", path);
+}
+
+/*
+ * List children as the leader has them: the listing is queued behind a
+ * sync, so it reflects every write the session made, even one whose reply
+ * was lost on a previous connection.
+ */
+ZkRequest *
+zks_get_children_synced(const char *path)
+{
+	ZkRequest  *req = request_new();
+	int			rc = send_sync(zh, path);
+
+	if (rc == ZOK)
+		rc = zoo_aget_children(zh, path, 0, children_done, req);
+	return request_queued(req, rc, "list children of", path);
 }
 
 ZkRequest *
@@ -577,21 +768,61 @@ cut_off_too_long_locked(void)
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	elapsed_ms = (int64) (now.tv_sec - disconnected_at.tv_sec) * 1000 +
 		(now.tv_nsec - disconnected_at.tv_nsec) / 1000000;
-	return elapsed_ms >= zoo_recv_timeout(zh);
+	return elapsed_ms >= negotiated_timeout;
+}
+
+/*
+ * Once lost, always lost: a session that comes back after we gave its
+ * locks up (the ensemble cannot expire sessions while it has no quorum)
+ * must not be taken as holding them again.
+ */
+static bool
+lost_locked(void)
+{
+	if (session_expired || auth_failed || cut_off_too_long_locked())
+		declared_lost = true;
+	return declared_lost;
+}
+
+/*
+ * Connected: our nodes are there.  Unsure: disconnected, but for less than
+ * the session timeout, so they may be.  Lost: they are gone.
+ */
+ZksState
+zks_state(void)
+{
+	ZksState	state;
+
+	if (zh == NULL)
+		return ZKS_LOST;
+	pthread_mutex_lock(&shared_mutex);
+	if (lost_locked())
+		state = ZKS_LOST;
+	else if (conn_state == ZOO_CONNECTED_STATE)
+		state = ZKS_CONNECTED;
+	else
+		state = ZKS_UNSURE;
+	pthread_mutex_unlock(&shared_mutex);
+	return state;
 }
 
 /* Has this session ended or become unusable, so its locks are gone? */
 bool
 zks_is_lost(void)
 {
-	bool		lost;
+	return zh != NULL && zks_state() == ZKS_LOST;
+}
 
-	if (zh == NULL)
-		return false;
+/* How many times the session has (re)connected; changes on reconnect. */
+uint64
+zks_connect_count(void)
+{
+	uint64		count;
+
 	pthread_mutex_lock(&shared_mutex);
-	lost = session_expired || auth_failed || cut_off_too_long_locked();
+	count = connect_count;
 	pthread_mutex_unlock(&shared_mutex);
-	return lost;
+	return count;
 }
 
 static void
@@ -602,7 +833,91 @@ check_session_alive(void)
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("zklock lost its ZooKeeper session"),
 				 errdetail("The session expired or was cut off for longer than its timeout of %d ms.",
-						   zoo_recv_timeout(zh))));
+						   negotiated_timeout)));
+}
+
+/*
+ * While the session is unsure, wait until it is connected again or lost.
+ * Returns true if connected.
+ */
+bool
+zks_wait_while_unsure(void)
+{
+	for (;;)
+	{
+		ZksState	state = zks_state();
+
+		if (state != ZKS_UNSURE)
+			return state == ZKS_CONNECTED;
+		sleep_for_event(100, true);
+	}
+}
+
+/* Should a loss cancel the running statement?  Set by the hold table. */
+void
+zks_set_cancel_on_loss(bool cancel)
+{
+	pthread_mutex_lock(&shared_mutex);
+	cancel_on_loss = cancel;
+	pthread_mutex_unlock(&shared_mutex);
+}
+
+/*
+ * Was the last query cancel sent by the watchdog because of a loss?  Clears
+ * the answer.  Called from the backend only.
+ */
+bool
+zks_take_loss_cancel(void)
+{
+	bool		sent;
+
+	pthread_mutex_lock(&shared_mutex);
+	sent = loss_cancel_sent;
+	loss_cancel_sent = false;
+	pthread_mutex_unlock(&shared_mutex);
+	return sent;
+}
+
+static void *
+watchdog_main(void *arg)
+{
+	pthread_mutex_lock(&shared_mutex);
+	while (!watchdog_stop)
+	{
+		if (lost_locked())
+		{
+			if (!loss_acted_on)
+			{
+				loss_acted_on = true;
+				janitor_wake_dormant_locked();
+				if (cancel_on_loss)
+				{
+					loss_cancel_sent = true;
+					kill(getpid(), SIGINT);
+				}
+				wake_backend();
+			}
+			pthread_cond_wait(&watchdog_cond, &shared_mutex);
+		}
+		else if (ever_connected && conn_state != ZOO_CONNECTED_STATE)
+		{
+			/* Sleep until the cut-off would reach the session timeout. */
+			struct timespec until = disconnected_at;
+
+			until.tv_sec += negotiated_timeout / 1000;
+			until.tv_nsec += (long) (negotiated_timeout % 1000) * 1000000 + 1000000;
+			if (until.tv_nsec >= 1000000000)
+			{
+				until.tv_sec++;
+				until.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&watchdog_cond, &shared_mutex, &until);
+		}
+		else
+			pthread_cond_wait(&watchdog_cond, &shared_mutex);
+	}
+	pthread_mutex_unlock(&shared_mutex);
+	return NULL;
 }
 
 /*
@@ -748,6 +1063,14 @@ prepare_backend_resources(void)
 	}
 	if (!exit_callback_registered)
 	{
+		pthread_condattr_t attr;
+
+		/* The watchdog measures the cut-off on the monotonic clock. */
+		pthread_condattr_init(&attr);
+		pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+		pthread_cond_init(&watchdog_cond, &attr);
+		pthread_condattr_destroy(&attr);
+
 		on_proc_exit(close_at_exit, (Datum) 0);
 		exit_callback_registered = true;
 	}
@@ -772,6 +1095,13 @@ int64
 zks_session_id(void)
 {
 	return session_id;
+}
+
+/* The session password, for fault tests that expire the session. */
+void
+zks_session_password(char passwd[16])
+{
+	memcpy(passwd, zoo_client_id(zh)->passwd, 16);
 }
 
 /*
@@ -805,18 +1135,28 @@ zks_open(void)
 		session_expired = false;
 		auth_failed = false;
 		ever_connected = false;
+		loss_acted_on = false;
+		declared_lost = false;
+		loss_cancel_sent = false;
 		pthread_mutex_unlock(&shared_mutex);
 
-		/* The library's threads inherit this mask: keep our signals off them. */
+		/* Threads inherit this mask: keep our signals off them. */
 		sigfillset(&all_signals);
 		pthread_sigmask(SIG_SETMASK, &all_signals, &saved_signals);
-		zh = zookeeper_init(hosts, session_watcher, zklock_session_timeout,
-							NULL, NULL, 0);
+		zh = zookeeper_init2(hosts, session_watcher, zklock_session_timeout,
+							 NULL, NULL, 0, client_log);
+		if (zh != NULL)
+			watchdog_running = (pthread_create(&watchdog_thread, NULL,
+											   watchdog_main, NULL) == 0);
 		pthread_sigmask(SIG_SETMASK, &saved_signals, NULL);
 
-		if (zh == NULL)
+		if (zh == NULL || !watchdog_running)
 		{
+			int			save_errno = errno;
+
+			zks_close();
 			pfree(hosts);
+			errno = save_errno;
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("could not start a ZooKeeper session for \"%s\": %m",
@@ -858,6 +1198,16 @@ zks_close(void)
 {
 	zhandle_t  *handle = zh;
 
+	if (watchdog_running)
+	{
+		pthread_mutex_lock(&shared_mutex);
+		watchdog_stop = true;
+		pthread_cond_signal(&watchdog_cond);
+		pthread_mutex_unlock(&shared_mutex);
+		pthread_join(watchdog_thread, NULL);
+		watchdog_stop = false;
+		watchdog_running = false;
+	}
 	if (handle == NULL)
 		return;
 	pthread_mutex_lock(&shared_mutex);

@@ -36,16 +36,30 @@ extern int	zklock_session_timeout;
 extern int	zklock_connect_timeout;
 extern int	zklock_client_log_level;
 
+typedef enum ZksState
+{
+	ZKS_CONNECTED,				/* our nodes are there */
+	ZKS_UNSURE,					/* disconnected for less than the timeout */
+	ZKS_LOST					/* expired, or cut off for the timeout */
+} ZksState;
+
 extern void zks_open(void);
 extern void zks_close(void);
 extern bool zks_is_open(void);
+extern ZksState zks_state(void);
 extern bool zks_is_lost(void);
+extern bool zks_wait_while_unsure(void);
+extern uint64 zks_connect_count(void);
+extern void zks_set_cancel_on_loss(bool cancel);
+extern bool zks_take_loss_cancel(void);
 extern bool zks_settings_changed(void);
 extern int64 zks_session_id(void);
+extern void zks_session_password(char passwd[16]);
 
 extern ZkRequest *zks_create(const char *path, const char *data, int datalen,
 							 int mode);
 extern ZkRequest *zks_get_children(const char *path);
+extern ZkRequest *zks_get_children_synced(const char *path);
 extern ZkRequest *zks_exists(const char *path);
 extern ZkRequest *zks_watch_data(const char *path);
 extern bool zks_await(ZkRequest *req, TimestampTz deadline);
@@ -55,7 +69,8 @@ extern uint64 zks_watch_generation(void);
 extern bool zks_await_watch(uint64 generation, TimestampTz deadline);
 extern bool zks_await_connected(TimestampTz deadline);
 
-extern void zks_delete_later(const char *path);
+extern void zks_keep_node(const char *path);
+extern bool zks_delete_later(const char *path);
 extern void zks_sweep_later(const char *parent, const char *guid);
 extern void zks_settle(int timeout_ms);
 

@@ -49,3 +49,12 @@ CREATE FUNCTION zk_try_xact_lock(name text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'zk_try_xact_lock'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- The fencing token of the lock this backend holds on name: the czxid of
+-- its lock node, strictly increasing across successive holders.  NULL if
+-- this backend does not hold the lock.
+
+CREATE FUNCTION zk_lock_token(name text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'zk_lock_token'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;

@@ -47,6 +47,7 @@
 PG_MODULE_MAGIC;
 
 static char *zklock_root = NULL;
+static emit_log_hook_type prev_emit_log_hook = NULL;
 
 static const struct config_enum_entry client_log_levels[] = {
 	{"error", ZOO_LOG_LEVEL_ERROR, false},
@@ -57,6 +58,27 @@ static const struct config_enum_entry client_log_levels[] = {
 };
 
 void		_PG_init(void);
+
+/*
+ * When the loss watchdog cancels a statement because a transaction's lock
+ * was lost, say so instead of "canceling statement due to user request".
+ */
+static void
+explain_loss_cancel(ErrorData *edata)
+{
+	if (edata->elevel == ERROR && edata->sqlerrcode == ERRCODE_QUERY_CANCELED &&
+		zks_take_loss_cancel())
+	{
+		char	   *names = zkh_xact_hold_names();
+
+		edata->message = psprintf("canceling statement because zklock lost transaction-level lock %s",
+								  names[0] ? names : "(none left)");
+		edata->detail = pstrdup("The ZooKeeper session expired or was cut off for longer than its timeout; another client may hold the lock now.");
+		edata->hint = pstrdup("The transaction cannot commit.  Roll it back and retry it under a new lock.");
+	}
+	if (prev_emit_log_hook)
+		prev_emit_log_hook(edata);
+}
 
 /*
  * zklock.root must be an absolute path of plain components, short enough
@@ -148,6 +170,9 @@ _PG_init(void)
 
 	RegisterXactCallback(zkh_xact_callback, NULL);
 	RegisterSubXactCallback(zkh_subxact_callback, NULL);
+
+	prev_emit_log_hook = emit_log_hook;
+	emit_log_hook = explain_loss_cancel;
 }
 
 /*
@@ -158,11 +183,13 @@ _PG_init(void)
 static void
 check_session(void)
 {
+	/* A loss cancel that never reached a statement is moot now. */
+	(void) zks_take_loss_cancel();
 	if (!zks_is_open())
 		return;
 	if (zks_is_lost())
 	{
-		zkh_drop_lost();
+		zkh_mark_all_lost();
 		zks_close();
 	}
 	else if (zks_settings_changed() && zkh_is_empty())
@@ -266,7 +293,14 @@ holder_identity(void)
 	return buf.data;
 }
 
-/* Wait in ZooKeeper's queue, under lock_timeout as a heavyweight lock is. */
+/* Long enough to mean "no limit", short enough not to overflow. */
+#define MAX_TIMEOUT_MS	((int64) 100 * 365 * SECS_PER_DAY * 1000)
+
+/*
+ * Wait in ZooKeeper's queue, under lock_timeout as a heavyweight lock is:
+ * not at all (try), until timeout_ms (>= 0), or without limit (-1).  A try
+ * still needs ZooKeeper to answer, within zklock.connect_timeout.
+ */
 static bool
 wait_for_grant(const char *parent, ZkHold *hold, bool try_only,
 			   int64 timeout_ms)
@@ -275,18 +309,28 @@ wait_for_grant(const char *parent, ZkHold *hold, bool try_only,
 	bool		wait = !try_only && timeout_ms != 0;
 	bool		arm_lock_timeout = wait && LockTimeout > 0;
 	TimestampTz deadline = 0;
-	bool		granted;
+	ZkrResult	result;
 
-	if (timeout_ms > 0)
+	if (!wait)
 		deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-											   timeout_ms);
+											   zklock_connect_timeout);
+	else if (timeout_ms > 0)
+		deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+											   Min(timeout_ms, MAX_TIMEOUT_MS));
+
 	if (arm_lock_timeout)
 		enable_timeout_after(LOCK_TIMEOUT, LockTimeout);
-	granted = zkr_acquire(parent, identity, wait, deadline, &hold->node);
+	result = zkr_acquire(parent, identity, wait, deadline, &hold->node);
 	if (arm_lock_timeout)
 		disable_timeout(LOCK_TIMEOUT, false);
 	pfree(identity);
-	return granted;
+
+	if (result == ZKR_TIMED_OUT && !wait)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("ZooKeeper did not answer within %d ms", zklock_connect_timeout),
+				 errhint("Check that the ensemble is reachable, or raise zklock.connect_timeout.")));
+	return result == ZKR_GRANTED;
 }
 
 /*
@@ -341,6 +385,8 @@ PG_FUNCTION_INFO_V1(zk_lock_timeout);
 PG_FUNCTION_INFO_V1(zk_try_lock);
 PG_FUNCTION_INFO_V1(zk_unlock);
 PG_FUNCTION_INFO_V1(zk_unlock_all);
+PG_FUNCTION_INFO_V1(zk_lock_token);
+PG_FUNCTION_INFO_V1(zk_test_session_credentials);
 PG_FUNCTION_INFO_V1(zk_xact_lock);
 PG_FUNCTION_INFO_V1(zk_xact_lock_timeout);
 PG_FUNCTION_INFO_V1(zk_try_xact_lock);
@@ -400,4 +446,43 @@ zk_unlock_all(PG_FUNCTION_ARGS)
 	check_session();
 	zkh_release_all_session_holds();
 	PG_RETURN_VOID();
+}
+
+Datum
+zk_lock_token(PG_FUNCTION_ARGS)
+{
+	char		parent[ZKR_PARENT_MAX];
+	char		name[ZKN_NAME_MAX + 1];
+	int64		token;
+
+	get_lock_parent(fcinfo, parent, name);
+	check_session();
+	token = zkh_token(parent);
+	if (token == 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(token);
+}
+
+/*
+ * For fault tests only, and not part of the extension's SQL: the session id
+ * and password, so a test can expire the session from another client.  A
+ * test creates the SQL function itself, which takes a superuser.
+ */
+Datum
+zk_test_session_credentials(PG_FUNCTION_ARGS)
+{
+	char		passwd[16];
+	char		passwd_hex[2 * sizeof(passwd) + 1];
+
+	if (!superuser())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be superuser to read ZooKeeper session credentials")));
+	if (!zks_is_open() || zks_session_id() == 0)
+		PG_RETURN_NULL();
+	zks_session_password(passwd);
+	passwd_hex[hex_encode(passwd, sizeof(passwd), passwd_hex)] = '\0';
+	PG_RETURN_TEXT_P(cstring_to_text(psprintf("%llx:%s",
+											  (unsigned long long) zks_session_id(),
+											  passwd_hex)));
 }

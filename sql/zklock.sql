@@ -194,6 +194,25 @@ BEGIN
 END $$;
 CALL commit_between();
 
+-- Fencing tokens: NULL unless held, the same for every hold on one node,
+-- and larger for each later holder, including one on another backend.
+SELECT zk_lock_token('fenced') IS NULL AS not_held;
+SELECT zk_lock('fenced');
+SELECT zk_lock_token('fenced') AS first_token \gset
+BEGIN;
+SELECT zk_xact_lock('fenced');
+SELECT zk_lock_token('fenced') = :first_token AS same_node;
+COMMIT;
+SELECT zk_unlock('fenced');
+SELECT zk_lock_token('fenced') IS NULL AS released;
+SELECT other_query($$SELECT zk_lock('fenced')::text$$);
+SELECT other_query($$SELECT zk_lock_token('fenced')$$)::bigint > :first_token
+  AS later_holder_has_larger_token;
+SELECT other_query($$SELECT zk_unlock('fenced')::text$$);
+SELECT zk_try_lock('fenced');
+SELECT zk_lock_token('fenced') > :first_token AS larger_again;
+SELECT zk_unlock('fenced');
+
 -- Bad arguments are errors, never a silent NULL.
 SELECT zk_lock(NULL);
 SELECT zk_try_lock(NULL);
@@ -206,6 +225,7 @@ SELECT zk_lock(repeat('n', 256));
 SELECT zk_try_lock(repeat('n', 255));
 SELECT zk_unlock(repeat('n', 255));
 SELECT zk_unlock('');
+SELECT zk_lock_token(NULL);
 
 -- Names outside the plain set map to one node each, directly under the
 -- root: slashes, dots and the like cannot reach another node.

@@ -12,6 +12,9 @@ Usage: zkinspect.py HOSTS COMMAND PATH [ARGS]
   create PATH [DATA]         create PATH (and missing parents)
   delete PATH                delete PATH and everything below it
                              (exit 1 if missing)
+  expire SESSION:PASSWORD    join the session with this id and password
+                             (both hex) and close it, which expires it for
+                             its owner, as Curator's tests do
   wait-children PATH N TIMEOUT_S
                              wait until PATH has exactly N children
                              (a missing PATH has 0; exit 1 on timeout)
@@ -78,7 +81,7 @@ def main(argv):
         usage()
     hosts, cmd, path, args = argv[1], argv[2], argv[3], argv[4:]
     nargs = {"children": 0, "get": 0, "stat": 0, "tree": 0,
-             "delete": 0, "wait-children": 2}
+             "delete": 0, "wait-children": 2, "expire": 0}
     if cmd == "create":
         if len(args) > 1:
             usage()
@@ -89,6 +92,18 @@ def main(argv):
             want, timeout = int(args[0]), float(args[1])
         except ValueError:
             usage()
+
+    if cmd == "expire":
+        session, password = path.split(":")
+        zk = KazooClient(hosts=hosts, timeout=CONNECT_TIMEOUT_S,
+                         client_id=(int(session, 16), bytes.fromhex(password)))
+        try:
+            zk.start(timeout=CONNECT_TIMEOUT_S)
+        except KazooTimeoutError:
+            fail("could not join session %s" % session, 2)
+        zk.stop()
+        zk.close()
+        return
 
     zk = connect(hosts)
     try:

@@ -1,0 +1,125 @@
+#!/usr/bin/python3
+"""A TCP proxy between ZooKeeper clients and one server, for fault tests.
+
+Usage: zkproxy.py LISTEN_PORT SERVER_PORT CONTROL_DIR
+
+Forwards every client connection on 127.0.0.1:LISTEN_PORT to the server on
+127.0.0.1:SERVER_PORT.  A fault is armed by creating a file in CONTROL_DIR
+and fires once, on the next create of a lock node (a path containing
+"-lock-"); the file is removed when it fires:
+
+  drop-create-reply    forward the create, and when the server's reply
+                       comes, drop the connection instead of passing it on:
+                       the node exists but the client never hears of it
+  drop-create-request  drop the connection instead of forwarding the create:
+                       the server never sees it
+
+Runs until killed.
+"""
+
+import os
+import socket
+import struct
+import sys
+import threading
+
+CREATE_OPS = {1, 15, 19, 21}  # create, create2, createContainer, createTTL
+
+
+def read_exact(sock, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    return buf
+
+
+def read_frame(sock):
+    (length,) = struct.unpack(">i", read_exact(sock, 4))
+    return read_exact(sock, length)
+
+
+def take_fault(control, name):
+    path = os.path.join(control, name)
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+class Connection:
+    def __init__(self, client, server_port, control):
+        self.client = client
+        self.server = socket.create_connection(("127.0.0.1", server_port))
+        self.control = control
+        self.drop_xid = None
+        self.closed = threading.Event()
+
+    def close(self):
+        self.closed.set()
+        for s in (self.client, self.server):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def client_to_server(self):
+        try:
+            self.server.sendall(frame(read_frame(self.client)))  # connect
+            while True:
+                body = read_frame(self.client)
+                if len(body) >= 12:
+                    xid, op, pathlen = struct.unpack(">iii", body[:12])
+                    path = body[12:12 + max(pathlen, 0)]
+                    if op in CREATE_OPS and b"-lock-" in path:
+                        if take_fault(self.control, "drop-create-request"):
+                            raise EOFError
+                        if take_fault(self.control, "drop-create-reply"):
+                            self.drop_xid = xid
+                self.server.sendall(frame(body))
+        except (EOFError, OSError):
+            self.close()
+
+    def server_to_client(self):
+        try:
+            self.client.sendall(frame(read_frame(self.server)))  # connect
+            while True:
+                body = read_frame(self.server)
+                (xid,) = struct.unpack(">i", body[:4])
+                if self.drop_xid is not None and xid == self.drop_xid:
+                    raise EOFError
+                self.client.sendall(frame(body))
+        except (EOFError, OSError):
+            self.close()
+
+
+def frame(body):
+    return struct.pack(">i", len(body)) + body
+
+
+def main():
+    if len(sys.argv) != 4:
+        sys.stderr.write(__doc__)
+        sys.exit(2)
+    listen_port, server_port, control = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", listen_port))
+    listener.listen(16)
+    while True:
+        client, _ = listener.accept()
+        try:
+            conn = Connection(client, server_port, control)
+        except OSError:
+            client.close()
+            continue
+        for target in (conn.client_to_server, conn.server_to_client):
+            threading.Thread(target=target, daemon=True).start()
+
+
+if __name__ == "__main__":
+    main()
