@@ -213,6 +213,31 @@ SELECT zk_try_lock('fenced');
 SELECT zk_lock_token('fenced') > :first_token AS larger_again;
 SELECT zk_unlock('fenced');
 
+-- The fencing pattern from the README: the data store keeps the newest
+-- token it has seen and refuses writes that carry an older one.
+CREATE TABLE fence (resource text PRIMARY KEY, token bigint NOT NULL);
+INSERT INTO fence VALUES ('datastore_a', 0);
+CREATE FUNCTION check_fence(res text, tok bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  UPDATE fence SET token = tok WHERE resource = res AND token <= tok;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'stale fencing token for %', res;
+  END IF;
+END $$;
+BEGIN;
+SELECT zk_xact_lock('datastore_a');
+SELECT zk_lock_token('datastore_a') AS old_token \gset
+COMMIT;
+SELECT other_query($$SELECT zk_lock('datastore_a')::text$$);
+SELECT check_fence('datastore_a',
+                   other_query($$SELECT zk_lock_token('datastore_a')$$)::bigint);
+SELECT other_query($$SELECT zk_unlock('datastore_a')::text$$);
+-- A holder that lost the lock in between comes back with its old token:
+\set VERBOSITY terse
+SELECT check_fence('datastore_a', :old_token);
+\set VERBOSITY default
+
 -- Bad arguments are errors, never a silent NULL.
 SELECT zk_lock(NULL);
 SELECT zk_try_lock(NULL);

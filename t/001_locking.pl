@@ -150,6 +150,7 @@ my %parents = map { $_ => 1 } zk_children($root);
 ok($parents{$_}, "lock parent $_ exists directly under the root")
   for ('plain-name_1.x', 'a%2Fb', '%2E%2E', 'zookeeper');
 ok(!grep({ m{/} } keys %parents), 'no name reached below another node');
+my ($old_token) = run_sql($b, "SELECT zk_lock_token('a/b')");
 run_sql($b, 'SELECT zk_unlock_all()');
 
 # Per-name parents are containers: the server reaps them once empty, and
@@ -160,6 +161,9 @@ ok(wait_until('the empty parent to be reaped',
 ($out, $err) = run_sql($b, "SELECT zk_try_lock('a/b')");
 is($out, 't', 'a lock whose parent was reaped is acquired again');
 is(scalar zk_contenders("$root/a%2Fb"), 1, 'in a re-created parent');
+my ($new_token) = run_sql($b, "SELECT zk_lock_token('a/b')");
+cmp_ok($new_token, '>', $old_token,
+	'the fencing token still grows across a re-created parent');
 run_sql($b, "SELECT zk_unlock('a/b')");
 
 $b->quit;
