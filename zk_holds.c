@@ -32,13 +32,14 @@
 
 static HTAB *holds = NULL;
 static HTAB *lost_holds = NULL;
+static int64 losses = 0;
 
 static HTAB *
 make_table(const char *name)
 {
 	HASHCTL		ctl;
 
-	ctl.keysize = ZKR_PARENT_MAX;
+	ctl.keysize = ZKH_KEY_MAX;
 	ctl.entrysize = sizeof(ZkHold);
 	return hash_create(name, 16, &ctl, HASH_ELEM | HASH_STRINGS);
 }
@@ -52,24 +53,45 @@ ensure_tables(void)
 		lost_holds = make_table("zklock lost holds");
 }
 
-ZkHold *
-zkh_find(const char *parent)
+/* A lock name's two modes are separate locks, with separate nodes. */
+static void
+make_key(char key[ZKH_KEY_MAX], const char *parent, bool shared)
 {
-	if (holds == NULL)
+	snprintf(key, ZKH_KEY_MAX, "%s%c", parent, shared ? 's' : 'x');
+}
+
+static ZkHold *
+find_in(HTAB *table, const char *parent, bool shared)
+{
+	char		key[ZKH_KEY_MAX];
+
+	if (table == NULL)
 		return NULL;
-	return hash_search(holds, parent, HASH_FIND, NULL);
+	make_key(key, parent, shared);
+	return hash_search(table, key, HASH_FIND, NULL);
+}
+
+ZkHold *
+zkh_find(const char *parent, bool shared)
+{
+	return find_in(holds, parent, shared);
 }
 
 /* Make an entry for a lock about to be acquired. */
 ZkHold *
-zkh_reserve(const char *parent, const char *name)
+zkh_reserve(const char *parent, bool shared, const char *name)
 {
 	ZkHold	   *hold;
+	char		key[ZKH_KEY_MAX];
 	bool		found;
 
 	ensure_tables();
-	hold = hash_search(holds, parent, HASH_ENTER, &found);
+	make_key(key, parent, shared);
+	hold = hash_search(holds, key, HASH_ENTER, &found);
 	Assert(!found);
+	strlcpy(hold->parent, parent, sizeof(hold->parent));
+	hold->shared = shared;
+	hold->since = 0;
 	strlcpy(hold->name, name, sizeof(hold->name));
 	hold->node.path[0] = '\0';
 	hold->node.czxid = 0;
@@ -144,7 +166,7 @@ remove_entry(HTAB *table, ZkHold *hold)
 {
 	if (hold->xact_subids)
 		pfree(hold->xact_subids);
-	hash_search(table, hold->parent, HASH_REMOVE, NULL);
+	hash_search(table, hold->key, HASH_REMOVE, NULL);
 }
 
 /* Drop an entry without touching its node. */
@@ -198,12 +220,12 @@ finish_releases(void)
 }
 
 bool
-zkh_release_session_hold(const char *parent, const char *name)
+zkh_release_session_hold(const char *parent, bool shared, const char *name)
 {
 	ZkHold	   *hold;
 
 	/* A lost hold is reported first, so the job learns of the loss. */
-	hold = lost_holds ? hash_search(lost_holds, parent, HASH_FIND, NULL) : NULL;
+	hold = find_in(lost_holds, parent, shared);
 	if (hold && hold->session_count > 0)
 	{
 		hold->session_count--;
@@ -215,12 +237,12 @@ zkh_release_session_hold(const char *parent, const char *name)
 		return false;
 	}
 
-	hold = zkh_find(parent);
+	hold = zkh_find(parent, shared);
 	if (hold == NULL || hold->session_count == 0)
 	{
 		ereport(WARNING,
-				(errmsg("zklock \"%s\" is not held at session level by this backend",
-						name)));
+				(errmsg("zklock \"%s\" is not held in %s mode at session level by this backend",
+						name, shared ? "shared" : "exclusive")));
 		return false;
 	}
 	hold->session_count--;
@@ -267,9 +289,13 @@ move_to_lost(ZkHold *hold)
 	bool		found;
 	int			i;
 
-	lost = hash_search(lost_holds, hold->parent, HASH_ENTER, &found);
+	losses++;
+	lost = hash_search(lost_holds, hold->key, HASH_ENTER, &found);
 	if (!found)
 	{
+		strlcpy(lost->parent, hold->parent, sizeof(lost->parent));
+		lost->shared = hold->shared;
+		lost->since = hold->since;
 		strlcpy(lost->name, hold->name, sizeof(lost->name));
 		lost->node = hold->node;
 		lost->connect_count = hold->connect_count;
@@ -339,13 +365,60 @@ zkh_xact_hold_names(void)
 	return names.data;
 }
 
-/* The fencing token of a held lock, or 0 if it is not held. */
+/*
+ * The fencing token of a held lock, or 0 if it is not held: the exclusive
+ * node's if held in both modes.
+ */
 int64
 zkh_token(const char *parent)
 {
-	ZkHold	   *hold = zkh_find(parent);
+	ZkHold	   *hold = zkh_find(parent, false);
 
+	if (hold == NULL)
+		hold = zkh_find(parent, true);
 	return hold ? hold->node.czxid : 0;
+}
+
+/* How many holds were lost with a session, over this backend's life. */
+int64
+zkh_losses(void)
+{
+	return losses;
+}
+
+/*
+ * Copies of every live and lost entry, for the zk_locks view.  Returns how
+ * many; lost_out says which are lost.
+ */
+int
+zkh_list(ZkHold **holds_out, bool **lost_out)
+{
+	HTAB	   *tables[2] = {holds, lost_holds};
+	int			capacity = 0;
+	int			n = 0;
+	int			t;
+
+	for (t = 0; t < 2; t++)
+		if (tables[t])
+			capacity += hash_get_num_entries(tables[t]);
+	*holds_out = palloc(Max(capacity, 1) * sizeof(ZkHold));
+	*lost_out = palloc(Max(capacity, 1) * sizeof(bool));
+	for (t = 0; t < 2; t++)
+	{
+		HASH_SEQ_STATUS status;
+		ZkHold	   *hold;
+
+		if (tables[t] == NULL)
+			continue;
+		hash_seq_init(&status, tables[t]);
+		while ((hold = hash_seq_search(&status)) != NULL)
+		{
+			(*holds_out)[n] = *hold;
+			(*lost_out)[n] = (t == 1);
+			n++;
+		}
+	}
+	return n;
 }
 
 /*

@@ -10,32 +10,42 @@
 #define ZK_HOLDS_H
 
 #include "access/xact.h"
+#include "datatype/timestamp.h"
 
 #include "zk_recipe.h"
 
+/* Hash key: the lock's parent path and a mode suffix. */
+#define ZKH_KEY_MAX			(ZKR_PARENT_MAX + 2)
+
 typedef struct ZkHold
 {
-	char		parent[ZKR_PARENT_MAX]; /* hash key: the lock's parent path */
+	char		key[ZKH_KEY_MAX];	/* hash key */
+	char		parent[ZKR_PARENT_MAX];
 	char		name[ZKN_NAME_MAX + 1]; /* the lock name, for messages */
+	bool		shared;
 	ZkLockNode	node;			/* path[0] is '\0' while being acquired */
 	uint64		connect_count;	/* session connects when last known ours */
+	TimestampTz since;			/* when granted */
 	int			session_count;
 	int			xact_count;
 	SubTransactionId *xact_subids;	/* subtransaction of each xact hold */
 	int			xact_alloc;
 } ZkHold;
 
-extern ZkHold *zkh_find(const char *parent);
-extern ZkHold *zkh_reserve(const char *parent, const char *name);
+extern ZkHold *zkh_find(const char *parent, bool shared);
+extern ZkHold *zkh_reserve(const char *parent, bool shared, const char *name);
 extern void zkh_prepare_hold(ZkHold *hold);
 extern void zkh_add_hold(ZkHold *hold, bool xact);
 extern void zkh_forget(ZkHold *hold);
-extern bool zkh_release_session_hold(const char *parent, const char *name);
+extern bool zkh_release_session_hold(const char *parent, bool shared,
+									 const char *name);
 extern void zkh_release_all_session_holds(void);
 extern bool zkh_is_empty(void);
 extern void zkh_mark_all_lost(void);
 extern char *zkh_xact_hold_names(void);
 extern int64 zkh_token(const char *parent);
+extern int	zkh_list(ZkHold **holds_out, bool **lost_out);
+extern int64 zkh_losses(void);
 
 extern void zkh_xact_callback(XactEvent event, void *arg);
 extern void zkh_subxact_callback(SubXactEvent event, SubTransactionId mySubid,

@@ -11,9 +11,9 @@
  * the result never contains '/', never is "." or "..", and is pure ASCII, so
  * no name can reach a node outside its own parent.
  *
- * Contenders are the children whose names end in "-lock-" (Curator
- * InterProcessMutex, zklock) or "__lock__" (kazoo Lock) followed by the
- * server's sequence number, printed as a signed 32-bit "%010d".
+ * Contenders are the children whose names end in one of the markers below
+ * followed by the server's sequence number, printed as a signed 32-bit
+ * "%010d".
  *
  *-------------------------------------------------------------------------
  */
@@ -183,32 +183,54 @@ parse_sequence(const char *s, int32_t *sequence)
 	return true;
 }
 
-static bool
-ends_with_marker(const char *child, size_t prefixlen, const char *marker)
+/*
+ * The contender name markers of zklock and its peers, each followed by the
+ * sequence number.  "-read-lock-" must come before "-lock-", which it ends
+ * with.
+ */
+static const struct
 {
-	size_t		mlen = strlen(marker);
-
-	return prefixlen >= mlen &&
-		memcmp(child + prefixlen - mlen, marker, mlen) == 0;
-}
+	const char *marker;
+	bool		shared;
+}			contender_markers[] =
+{
+	{"-read-lock-", true},		/* zklock shared */
+	{"-lock-", false},			/* zklock exclusive, Curator InterProcessMutex */
+	{"__rlock__", true},		/* kazoo ReadLock */
+	{"__lock__", false},		/* kazoo Lock and WriteLock */
+	{"__READ__", true},			/* Curator InterProcessReadWriteLock */
+	{"__WRIT__", false},
+};
 
 /*
- * Is this child a contender for the exclusive lock?  If so, return its
- * sequence number.
+ * Is this child a contender?  If so, return its sequence number and whether
+ * it asks for the shared mode.  Every peer's writer counts as exclusive and
+ * every peer's reader as shared, so zklock never lets a writer in beside
+ * another client's reader, whatever that client's own rules are.
  */
 bool
-zkn_parse_contender(const char *child, int32_t *sequence)
+zkn_parse_contender(const char *child, int32_t *sequence, bool *shared)
 {
 	size_t		len = strlen(child);
 	size_t		prefixlen;
+	size_t		i;
 
 	if (len < 10)
 		return false;
 	prefixlen = len - 10;
-	if (!ends_with_marker(child, prefixlen, "-lock-") &&
-		!ends_with_marker(child, prefixlen, "__lock__"))
-		return false;
-	return parse_sequence(child + prefixlen, sequence);
+	for (i = 0; i < sizeof(contender_markers) / sizeof(contender_markers[0]); i++)
+	{
+		const char *marker = contender_markers[i].marker;
+		size_t		mlen = strlen(marker);
+
+		if (prefixlen >= mlen &&
+			memcmp(child + prefixlen - mlen, marker, mlen) == 0)
+		{
+			*shared = contender_markers[i].shared;
+			return parse_sequence(child + prefixlen, sequence);
+		}
+	}
+	return false;
 }
 
 /* Was this child created by the acquisition that used this guid? */
@@ -218,4 +240,124 @@ zkn_has_guid(const char *child, const char *guid)
 	return strncmp(child, "_c_", 3) == 0 &&
 		strncmp(child + 3, guid, ZKN_GUID_LEN) == 0 &&
 		child[3 + ZKN_GUID_LEN] == '-';
+}
+
+/*
+ * Parsing the holder identity.  zklock writes exactly
+ * {"host":S,"port":N,"pid":N,"database":S,"user":S,"application_name":S}
+ * (see holder_identity() in zklock.c), so this reads exactly that and
+ * rejects anything else: another client's data is shown raw instead.
+ */
+typedef struct Cursor
+{
+	const char *p;
+	const char *end;
+} Cursor;
+
+static bool
+expect_literal(Cursor *c, const char *literal)
+{
+	size_t		len = strlen(literal);
+
+	if ((size_t) (c->end - c->p) < len || memcmp(c->p, literal, len) != 0)
+		return false;
+	c->p += len;
+	return true;
+}
+
+static bool
+parse_json_string(Cursor *c, char *out, size_t outsize)
+{
+	size_t		n = 0;
+
+	if (!expect_literal(c, "\""))
+		return false;
+	while (c->p < c->end && *c->p != '"')
+	{
+		char		ch = *c->p++;
+
+		if (ch == '\\')
+		{
+			if (c->p >= c->end)
+				return false;
+			ch = *c->p++;
+			switch (ch)
+			{
+				case '"':
+				case '\\':
+				case '/':
+					break;
+				case 'b':
+					ch = '\b';
+					break;
+				case 'f':
+					ch = '\f';
+					break;
+				case 'n':
+					ch = '\n';
+					break;
+				case 'r':
+					ch = '\r';
+					break;
+				case 't':
+					ch = '\t';
+					break;
+				case 'u':
+					if (c->end - c->p < 4)
+						return false;
+					/* Only control characters are escaped this way. */
+					ch = '?';
+					c->p += 4;
+					break;
+				default:
+					return false;
+			}
+		}
+		else if ((unsigned char) ch < 0x20)
+			return false;
+		if (n + 1 >= outsize)
+			return false;
+		out[n++] = ch;
+	}
+	if (!expect_literal(c, "\""))
+		return false;
+	out[n] = '\0';
+	return true;
+}
+
+static bool
+parse_json_int(Cursor *c, long *value)
+{
+	long		v = 0;
+	int			digits = 0;
+
+	while (c->p < c->end && *c->p >= '0' && *c->p <= '9' && digits < 10)
+	{
+		v = v * 10 + (*c->p++ - '0');
+		digits++;
+	}
+	*value = v;
+	return digits > 0;
+}
+
+bool
+zkn_parse_identity(const char *data, size_t len, ZknIdentity *id)
+{
+	Cursor		c = {data, data + len};
+
+	return expect_literal(&c, "{\"host\":") &&
+		parse_json_string(&c, id->host, sizeof(id->host)) &&
+		expect_literal(&c, ",\"port\":") &&
+		parse_json_int(&c, &id->port) &&
+		expect_literal(&c, ",\"pid\":") &&
+		parse_json_int(&c, &id->pid) &&
+		expect_literal(&c, ",\"database\":") &&
+		parse_json_string(&c, id->database, sizeof(id->database)) &&
+		expect_literal(&c, ",\"user\":") &&
+		parse_json_string(&c, id->user, sizeof(id->user)) &&
+		expect_literal(&c, ",\"application_name\":") &&
+		parse_json_string(&c, id->application_name,
+						  sizeof(id->application_name)) &&
+		expect_literal(&c, "}") &&
+		c.p == c.end;
 }

@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * zk_names.h
- *	  Mapping between SQL lock names and znode names, and parsing of the
- *	  contender node names that zklock and its peers create.
+ *	  Mapping between SQL lock names and znode names, parsing of the
+ *	  contender node names that zklock and its peers create, and of the
+ *	  holder identity zklock stores in its nodes.
  *
  * Nothing here depends on PostgreSQL, so the same code can be linked into
  * small test and fuzzing harnesses.
@@ -36,7 +37,21 @@ extern ZknStatus zkn_encode_name(const char *name, size_t len,
 								 char out[ZKN_ENCODED_MAX]);
 extern bool zkn_decode_name(const char *node, char *out, size_t outsize,
 							size_t *outlen);
-extern bool zkn_parse_contender(const char *child, int32_t *sequence);
+extern bool zkn_parse_contender(const char *child, int32_t *sequence,
+								bool *shared);
 extern bool zkn_has_guid(const char *child, const char *guid);
+
+/* The holder identity zklock writes as node data. */
+typedef struct ZknIdentity
+{
+	char		host[256];
+	long		port;
+	long		pid;
+	char		database[256];
+	char		user[256];
+	char		application_name[256];
+} ZknIdentity;
+
+extern bool zkn_parse_identity(const char *data, size_t len, ZknIdentity *id);
 
 #endif							/* ZK_NAMES_H */

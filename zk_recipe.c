@@ -1,16 +1,20 @@
 /*-------------------------------------------------------------------------
  *
  * zk_recipe.c
- *	  The exclusive lock recipe, run inside the backend.
+ *	  The lock recipe, exclusive and shared, run inside the backend.
  *
  * To acquire, create "<parent>/_c_<uuid>-lock-" as an ephemeral sequential
  * node (Curator's InterProcessMutex format, so Curator and kazoo clients
- * share the queue) and, without waiting, list the parent.  One session's
- * requests are applied in order, so the listing already contains the new
- * node and acquiring costs one round trip when the lock is free.  The
- * contender with the lowest sequence holds the lock; any other waits for a
- * watch on its immediate predecessor only, then lists again, because the
- * predecessor may have been a waiter that gave up rather than the holder.
+ * share the queue; a shared contender is "_c_<uuid>-read-lock-", which
+ * peers' exclusive locks still see as a contender) and, without waiting,
+ * list the parent.  One session's requests are applied in order, so the
+ * listing already contains the new node and acquiring costs one round trip
+ * when the lock is free.  The
+ * exclusive contender with the lowest sequence holds the lock; any other
+ * waits for a watch on its immediate predecessor only, then lists again,
+ * because the predecessor may have been a waiter that gave up rather than
+ * the holder.  A shared contender holds the lock when no exclusive one is
+ * ahead of it, and otherwise watches the nearest exclusive one ahead.
  *
  * The uuid is fresh for each acquisition and kept across its retries.
  * After a connection loss during create, the node is looked for by that
@@ -43,7 +47,10 @@ typedef struct Acquisition
 	char		guid[ZKN_GUID_LEN + 1];
 	char		prefix[ZKR_NODE_MAX];
 	ZkLockNode *node;			/* path[0] is '\0' until a node is ours */
+	bool		shared;
+	const char *skip;			/* our node of the other mode, or NULL */
 	TimestampTz deadline;		/* 0: none */
+	bool		waited;			/* had to wait behind another contender */
 	bool		timed_out;		/* the deadline passed */
 	bool		reply_lost;		/* a create may have been applied unseen */
 	ZkRequest  *create;
@@ -193,9 +200,10 @@ find_own_node(Acquisition *acq)
 	{
 		const char *child = acq->list->children[i];
 		int32_t		seq;
+		bool		shared;
 
 		if (zkn_has_guid(child, acq->guid) &&
-			zkn_parse_contender(child, &seq) &&
+			zkn_parse_contender(child, &seq, &shared) &&
 			(found[0] == '\0' || seq < found_seq))
 		{
 			snprintf(found, sizeof(found), "%s/%s", acq->parent, child);
@@ -279,8 +287,11 @@ create_node(Acquisition *acq, const char *data)
 }
 
 /*
- * From a listing of the parent, find the contender just before our node.
- * Returns false if we hold the lock.  Deletes stray nodes of this
+ * From a listing of the parent, find the contender we must wait for: for an
+ * exclusive node the one just before it, for a shared node the nearest
+ * earlier exclusive one (readers share).  Returns false if we hold the
+ * lock.  Our own node of the other mode never blocks us, as a backend's
+ * own advisory locks never conflict.  Deletes stray nodes of this
  * acquisition on the way.
  */
 static bool
@@ -288,12 +299,13 @@ find_predecessor(Acquisition *acq, char *predecessor, size_t size)
 {
 	const char *own = basename_of(acq->node->path);
 	int32_t		own_seq = 0;
+	bool		own_shared;
 	bool		own_seen = false;
 	bool		found = false;
 	int32_t		best_seq = 0;
 	int			i;
 
-	if (!zkn_parse_contender(own, &own_seq))
+	if (!zkn_parse_contender(own, &own_seq, &own_shared))
 		elog(ERROR, "zklock created a node with an unexpected name: \"%s\"",
 			 acq->node->path);
 
@@ -301,6 +313,7 @@ find_predecessor(Acquisition *acq, char *predecessor, size_t size)
 	{
 		const char *child = acq->list->children[i];
 		int32_t		seq;
+		bool		shared;
 
 		if (strcmp(child, own) == 0)
 		{
@@ -318,8 +331,13 @@ find_predecessor(Acquisition *acq, char *predecessor, size_t size)
 						 errmsg("out of memory")));
 			continue;
 		}
-		if (zkn_parse_contender(child, &seq) && seq < own_seq &&
-			(!found || seq > best_seq))
+		if (acq->skip && strcmp(child, acq->skip) == 0)
+			continue;
+		if (!zkn_parse_contender(child, &seq, &shared) || seq >= own_seq)
+			continue;
+		if (acq->shared && shared)
+			continue;
+		if (!found || seq > best_seq)
 		{
 			found = true;
 			best_seq = seq;
@@ -372,6 +390,7 @@ wait_in_queue(Acquisition *acq, bool wait)
 			return false;
 
 		/* A get-data watch: an exists watch on a gone node would linger. */
+		acq->waited = true;
 		generation = zks_watch_generation();
 		acq->watch = zks_watch_data(predecessor);
 		if (!await_reply(acq, acq->watch))
@@ -418,14 +437,17 @@ abandon(Acquisition *acq)
 }
 
 /*
- * Acquire the exclusive lock whose contenders live under parent.  With wait
+ * Acquire the lock whose contenders live under parent, in shared or
+ * exclusive mode; other_node is this backend's node of the other mode on
+ * the same parent, if it has one.  With wait
  * false, give up at once if another contender is ahead; otherwise wait
  * until the deadline (0: none).  Either way, talking to ZooKeeper ends at
  * the deadline.  On ZKR_GRANTED the node is filled in.
  */
 ZkrResult
-zkr_acquire(const char *parent, const char *data, bool wait,
-			TimestampTz deadline, ZkLockNode *node)
+zkr_acquire(const char *parent, bool shared, const char *other_node,
+			const char *data, bool wait, TimestampTz deadline,
+			ZkLockNode *node, bool *waited)
 {
 	/* In palloc'd memory: the error path reads what the wait wrote. */
 	Acquisition *acq = palloc0(sizeof(Acquisition));
@@ -433,11 +455,13 @@ zkr_acquire(const char *parent, const char *data, bool wait,
 
 	acq->parent = parent;
 	acq->node = node;
+	acq->shared = shared;
+	acq->skip = other_node ? basename_of(other_node) : NULL;
 	acq->deadline = deadline;
 	node->path[0] = '\0';
 	make_guid(acq->guid);
-	snprintf(acq->prefix, sizeof(acq->prefix), "%s/_c_%s-lock-",
-			 parent, acq->guid);
+	snprintf(acq->prefix, sizeof(acq->prefix), "%s/_c_%s-%slock-",
+			 parent, acq->guid, shared ? "read-" : "");
 
 	PG_TRY();
 	{
@@ -460,6 +484,7 @@ zkr_acquire(const char *parent, const char *data, bool wait,
 
 	if (result != ZKR_GRANTED)
 		abandon(acq);
+	*waited = acq->waited;
 	pfree(acq);
 	return result;
 }

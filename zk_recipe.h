@@ -20,8 +20,8 @@
 /* Longest lock parent path: <root>/<encoded name>. */
 #define ZKR_PARENT_MAX		(ZKR_ROOT_MAX + 1 + ZKN_ENCODED_MAX)
 
-/* Longest contender path: <parent>/_c_<guid>-lock-<10-char sequence>. */
-#define ZKR_NODE_MAX		(ZKR_PARENT_MAX + 4 + ZKN_GUID_LEN + 6 + 10)
+/* Longest contender path: <parent>/_c_<guid>-read-lock-<10-char sequence>. */
+#define ZKR_NODE_MAX		(ZKR_PARENT_MAX + 4 + ZKN_GUID_LEN + 11 + 10)
 
 /* Longest wait for ZooKeeper to confirm a release. */
 #define ZKR_RELEASE_WAIT_MAX_MS	2000
@@ -39,8 +39,10 @@ typedef struct ZkLockNode
 	int64		czxid;
 } ZkLockNode;
 
-extern ZkrResult zkr_acquire(const char *parent, const char *data, bool wait,
-							 TimestampTz deadline, ZkLockNode *node);
+extern ZkrResult zkr_acquire(const char *parent, bool shared,
+							 const char *other_node, const char *data,
+							 bool wait, TimestampTz deadline,
+							 ZkLockNode *node, bool *waited);
 extern bool zkr_release(const char *node_path);
 extern bool zkr_verify(const char *node_path);
 extern void zkr_wait_released(void);

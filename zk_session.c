@@ -540,6 +540,7 @@ request_free(ZkRequest *req)
 	int			i;
 
 	free(req->path);
+	free(req->data);
 	for (i = 0; i < req->nchildren; i++)
 		free(req->children[i]);
 	free(req->children);
@@ -594,6 +595,19 @@ static void
 data_done(int rc, const char *value, int value_len, const struct Stat *stat,
 		  const void *data)
 {
+	ZkRequest  *req = (ZkRequest *) data;
+
+	if (rc == ZOK && value && value_len > 0)
+	{
+		req->data = malloc(value_len);
+		if (req->data == NULL)
+			rc = ZSYSTEMERROR;
+		else
+		{
+			memcpy(req->data, value, value_len);
+			req->datalen = value_len;
+		}
+	}
 	stat_done(rc, stat, data);
 }
 
@@ -693,6 +707,36 @@ zks_exists(const char *path)
 	return request_queued(req,
 						  zoo_aexists(zh, path, 0, stat_done, req),
 						  "check", path);
+}
+
+ZkRequest *
+zks_get_data(const char *path)
+{
+	ZkRequest  *req = request_new();
+
+	return request_queued(req,
+						  zoo_aget(zh, path, 0, data_done, req),
+						  "read", path);
+}
+
+/* The server the session is connected to, or NULL. */
+const char *
+zks_current_server(void)
+{
+	if (zh == NULL || zks_state() != ZKS_CONNECTED)
+		return NULL;
+	return zoo_get_current_server(zh);
+}
+
+int
+zks_negotiated_timeout(void)
+{
+	int			timeout;
+
+	pthread_mutex_lock(&shared_mutex);
+	timeout = negotiated_timeout;
+	pthread_mutex_unlock(&shared_mutex);
+	return timeout;
 }
 
 /* Read a node and leave a watch on it; see session_watcher. */

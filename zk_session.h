@@ -28,6 +28,8 @@ typedef struct ZkRequest
 	struct Stat stat;			/* create, exists */
 	int			nchildren;		/* get_children */
 	char	  **children;
+	char	   *data;			/* get_data */
+	int			datalen;
 } ZkRequest;
 
 /* Settings, owned by the GUCs in zklock.c. */
@@ -61,6 +63,9 @@ extern ZkRequest *zks_create(const char *path, const char *data, int datalen,
 extern ZkRequest *zks_get_children(const char *path);
 extern ZkRequest *zks_get_children_synced(const char *path);
 extern ZkRequest *zks_exists(const char *path);
+extern ZkRequest *zks_get_data(const char *path);
+extern const char *zks_current_server(void);
+extern int	zks_negotiated_timeout(void);
 extern ZkRequest *zks_watch_data(const char *path);
 extern bool zks_await(ZkRequest *req, TimestampTz deadline);
 extern void zks_release_request(ZkRequest *req);

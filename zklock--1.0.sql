@@ -33,6 +33,26 @@ RETURNS void
 AS 'MODULE_PATHNAME', 'zk_unlock_all'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
+CREATE FUNCTION zk_lock_shared(name text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'zk_lock_shared'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION zk_lock_shared(name text, timeout interval)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'zk_lock_shared_timeout'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION zk_try_lock_shared(name text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'zk_try_lock_shared'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION zk_unlock_shared(name text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'zk_unlock_shared'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
 -- Transaction level, like pg_advisory_xact_lock and friends.
 
 CREATE FUNCTION zk_xact_lock(name text)
@@ -50,6 +70,21 @@ RETURNS boolean
 AS 'MODULE_PATHNAME', 'zk_try_xact_lock'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
+CREATE FUNCTION zk_xact_lock_shared(name text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'zk_xact_lock_shared'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION zk_xact_lock_shared(name text, timeout interval)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'zk_xact_lock_shared_timeout'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION zk_try_xact_lock_shared(name text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'zk_try_xact_lock_shared'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
 -- The fencing token of the lock this backend holds on name: the czxid of
 -- its lock node, strictly increasing across successive holders.  NULL if
 -- this backend does not hold the lock.
@@ -57,4 +92,53 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 CREATE FUNCTION zk_lock_token(name text)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'zk_lock_token'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- Seeing who holds what.
+
+-- This backend's locks, in the spirit of pg_locks.
+CREATE FUNCTION zk_locks(
+    OUT name text,
+    OUT mode text,
+    OUT scope text,
+    OUT holds integer,
+    OUT state text,
+    OUT node text,
+    OUT token bigint,
+    OUT held_since timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'zk_locks'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE VIEW zk_locks AS SELECT * FROM zk_locks();
+
+-- The whole queue for a lock name, across every client of the ensemble.
+CREATE FUNCTION zk_lock_contenders(
+    name text,
+    OUT queue_position integer,
+    OUT node text,
+    OUT mode text,
+    OUT holds boolean,
+    OUT client text,
+    OUT identity text,
+    OUT token bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'zk_lock_contenders'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- This backend's ZooKeeper session and counters.
+CREATE FUNCTION zk_status(
+    OUT state text,
+    OUT server text,
+    OUT session_id text,
+    OUT session_timeout_ms integer,
+    OUT locks_held integer,
+    OUT acquisitions bigint,
+    OUT waits bigint,
+    OUT wait_time_ms double precision,
+    OUT timeouts bigint,
+    OUT cancellations bigint,
+    OUT losses bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'zk_status'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;

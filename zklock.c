@@ -8,9 +8,12 @@
  * take session-level holds, ended by zk_unlock() or zk_unlock_all();
  * zk_xact_lock() and friends take transaction-level holds, ended by COMMIT
  * or ROLLBACK (or ROLLBACK TO the savepoint before them).  Holds stack.
+ * Each has a _shared variant; the two modes of a name are separate locks
+ * that conflict with each other only across backends.
  *
  * The code is split by responsibility:
- *	  zklock.c		SQL functions and GUCs (this file)
+ *	  zklock.c		SQL lock functions and GUCs (this file)
+ *	  zk_observe.c	SQL functions that show locks, queues and the session
  *	  zk_holds.c	the backend's table of held locks, transaction callbacks
  *	  zk_recipe.c	the ZooKeeper lock recipe
  *	  zk_session.c	the ZooKeeper session, its threads, waiting, the janitor
@@ -38,15 +41,19 @@
 #include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
+#include "utils/ps_status.h"
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
 
 #include "zk_holds.h"
 #include "zk_session.h"
+#include "zklock.h"
 
 PG_MODULE_MAGIC;
 
 static char *zklock_root = NULL;
+
+ZkStats		zk_stats;
 static emit_log_hook_type prev_emit_log_hook = NULL;
 
 static const struct config_enum_entry client_log_levels[] = {
@@ -180,8 +187,8 @@ _PG_init(void)
  * close it; if settings changed and nothing is held, close it so the next
  * lock opens one with the new settings.
  */
-static void
-check_session(void)
+void
+zkl_check_session(void)
 {
 	/* A loss cancel that never reached a statement is moot now. */
 	(void) zks_take_loss_cancel();
@@ -197,8 +204,8 @@ check_session(void)
 }
 
 /* Read the lock name argument and compute its parent path. */
-static void
-get_lock_parent(FunctionCallInfo fcinfo, char parent[ZKR_PARENT_MAX],
+void
+zkl_get_lock_parent(FunctionCallInfo fcinfo, char parent[ZKR_PARENT_MAX],
 				char name[ZKN_NAME_MAX + 1])
 {
 	text	   *arg;
@@ -302,79 +309,128 @@ holder_identity(void)
  * still needs ZooKeeper to answer, within zklock.connect_timeout.
  */
 static bool
-wait_for_grant(const char *parent, ZkHold *hold, bool try_only,
-			   int64 timeout_ms)
+wait_for_grant(ZkHold *hold, bool try_only, int64 timeout_ms)
 {
+	ZkHold	   *other = zkh_find(hold->parent, !hold->shared);
 	char	   *identity = holder_identity();
 	bool		wait = !try_only && timeout_ms != 0;
 	bool		arm_lock_timeout = wait && LockTimeout > 0;
+	TimestampTz start = GetCurrentTimestamp();
 	TimestampTz deadline = 0;
 	ZkrResult	result;
+	bool		waited;
 
 	if (!wait)
-		deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-											   zklock_connect_timeout);
+		deadline = TimestampTzPlusMilliseconds(start, zklock_connect_timeout);
 	else if (timeout_ms > 0)
-		deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+		deadline = TimestampTzPlusMilliseconds(start,
 											   Min(timeout_ms, MAX_TIMEOUT_MS));
 
 	if (arm_lock_timeout)
 		enable_timeout_after(LOCK_TIMEOUT, LockTimeout);
-	result = zkr_acquire(parent, identity, wait, deadline, &hold->node);
+	result = zkr_acquire(hold->parent, hold->shared,
+						 other ? other->node.path : NULL, identity,
+						 wait, deadline, &hold->node, &waited);
 	if (arm_lock_timeout)
 		disable_timeout(LOCK_TIMEOUT, false);
 	pfree(identity);
 
+	if (waited)
+	{
+		zk_stats.waits++;
+		zk_stats.wait_time_us += GetCurrentTimestamp() - start;
+	}
 	if (result == ZKR_TIMED_OUT && !wait)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("ZooKeeper did not answer within %d ms", zklock_connect_timeout),
 				 errhint("Check that the ensemble is reachable, or raise zklock.connect_timeout.")));
+	if (result == ZKR_TIMED_OUT)
+		zk_stats.timeouts++;
 	return result == ZKR_GRANTED;
 }
 
+/* The process title says which lock a backend waits for, as for others. */
+static char *
+show_waiting(const char *name, bool shared)
+{
+	int			len;
+	const char *activity = get_ps_display(&len);
+	char	   *saved = pnstrdup(activity, len);
+
+	if (update_process_title)
+	{
+		char	   *title = psprintf("%s waiting for zklock \"%s\"%s", saved,
+									 name, shared ? " (shared)" : "");
+
+		set_ps_display(title);
+		pfree(title);
+	}
+	return saved;
+}
+
+static void
+end_waiting(char *saved)
+{
+	if (update_process_title)
+		set_ps_display(saved);
+	pfree(saved);
+}
+
 /*
- * Take one hold on the lock named by argument 0.  A lock this backend holds
- * already just gains a hold.  Otherwise wait in ZooKeeper's queue: not at
- * all (try), until timeout_ms (>= 0), or without limit (-1).
+ * Take one hold on the lock named by argument 0, in the given mode.  A
+ * lock this backend holds already just gains a hold.  Otherwise wait in
+ * ZooKeeper's queue: not at all (try), until timeout_ms (>= 0), or without
+ * limit (-1).
  */
 static bool
-acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int64 timeout_ms)
+acquire(FunctionCallInfo fcinfo, bool shared, bool xact, bool try_only,
+		int64 timeout_ms)
 {
 	char		parent[ZKR_PARENT_MAX];
 	char		name[ZKN_NAME_MAX + 1];
 	ZkHold	   *hold;
+	char	   *saved_title;
 	bool		granted = false;
 
-	get_lock_parent(fcinfo, parent, name);
-	check_session();
+	zkl_get_lock_parent(fcinfo, parent, name);
+	zkl_check_session();
 
-	hold = zkh_find(parent);
+	hold = zkh_find(parent, shared);
 	if (hold)
 	{
 		zkh_prepare_hold(hold);
 		zkh_add_hold(hold, xact);
+		zk_stats.acquisitions++;
 		return true;
 	}
 
 	zks_open();
-	hold = zkh_reserve(parent, name);
+	hold = zkh_reserve(parent, shared, name);
+	saved_title = show_waiting(name, shared);
 
 	PG_TRY();
 	{
 		zkh_prepare_hold(hold);
-		granted = wait_for_grant(parent, hold, try_only, timeout_ms);
+		granted = wait_for_grant(hold, try_only, timeout_ms);
 	}
 	PG_CATCH();
 	{
 		disable_timeout(LOCK_TIMEOUT, false);
+		end_waiting(saved_title);
 		zkh_forget(hold);
+		zk_stats.cancellations++;
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 
+	end_waiting(saved_title);
 	if (granted)
+	{
+		hold->since = GetCurrentTimestamp();
 		zkh_add_hold(hold, xact);
+		zk_stats.acquisitions++;
+	}
 	else
 		zkh_forget(hold);
 	return granted;
@@ -383,67 +439,124 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int64 timeout_ms)
 PG_FUNCTION_INFO_V1(zk_lock);
 PG_FUNCTION_INFO_V1(zk_lock_timeout);
 PG_FUNCTION_INFO_V1(zk_try_lock);
-PG_FUNCTION_INFO_V1(zk_unlock);
-PG_FUNCTION_INFO_V1(zk_unlock_all);
-PG_FUNCTION_INFO_V1(zk_lock_token);
-PG_FUNCTION_INFO_V1(zk_test_session_credentials);
 PG_FUNCTION_INFO_V1(zk_xact_lock);
 PG_FUNCTION_INFO_V1(zk_xact_lock_timeout);
 PG_FUNCTION_INFO_V1(zk_try_xact_lock);
+PG_FUNCTION_INFO_V1(zk_lock_shared);
+PG_FUNCTION_INFO_V1(zk_lock_shared_timeout);
+PG_FUNCTION_INFO_V1(zk_try_lock_shared);
+PG_FUNCTION_INFO_V1(zk_xact_lock_shared);
+PG_FUNCTION_INFO_V1(zk_xact_lock_shared_timeout);
+PG_FUNCTION_INFO_V1(zk_try_xact_lock_shared);
+PG_FUNCTION_INFO_V1(zk_unlock);
+PG_FUNCTION_INFO_V1(zk_unlock_shared);
+PG_FUNCTION_INFO_V1(zk_unlock_all);
+PG_FUNCTION_INFO_V1(zk_lock_token);
+PG_FUNCTION_INFO_V1(zk_test_session_credentials);
 
 Datum
 zk_lock(PG_FUNCTION_ARGS)
 {
-	acquire(fcinfo, false, false, -1);
+	acquire(fcinfo, false, false, false, -1);
 	PG_RETURN_VOID();
 }
 
 Datum
 zk_lock_timeout(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(acquire(fcinfo, false, false, get_timeout_ms(fcinfo)));
+	PG_RETURN_BOOL(acquire(fcinfo, false, false, false, get_timeout_ms(fcinfo)));
 }
 
 Datum
 zk_try_lock(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(acquire(fcinfo, false, true, 0));
+	PG_RETURN_BOOL(acquire(fcinfo, false, false, true, 0));
 }
 
 Datum
 zk_xact_lock(PG_FUNCTION_ARGS)
 {
-	acquire(fcinfo, true, false, -1);
+	acquire(fcinfo, false, true, false, -1);
 	PG_RETURN_VOID();
 }
 
 Datum
 zk_xact_lock_timeout(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(acquire(fcinfo, true, false, get_timeout_ms(fcinfo)));
+	PG_RETURN_BOOL(acquire(fcinfo, false, true, false, get_timeout_ms(fcinfo)));
 }
 
 Datum
 zk_try_xact_lock(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(acquire(fcinfo, true, true, 0));
+	PG_RETURN_BOOL(acquire(fcinfo, false, true, true, 0));
+}
+
+Datum
+zk_lock_shared(PG_FUNCTION_ARGS)
+{
+	acquire(fcinfo, true, false, false, -1);
+	PG_RETURN_VOID();
+}
+
+Datum
+zk_lock_shared_timeout(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire(fcinfo, true, false, false, get_timeout_ms(fcinfo)));
+}
+
+Datum
+zk_try_lock_shared(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire(fcinfo, true, false, true, 0));
+}
+
+Datum
+zk_xact_lock_shared(PG_FUNCTION_ARGS)
+{
+	acquire(fcinfo, true, true, false, -1);
+	PG_RETURN_VOID();
+}
+
+Datum
+zk_xact_lock_shared_timeout(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire(fcinfo, true, true, false, get_timeout_ms(fcinfo)));
+}
+
+Datum
+zk_try_xact_lock_shared(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire(fcinfo, true, true, true, 0));
+}
+
+static bool
+release(FunctionCallInfo fcinfo, bool shared)
+{
+	char		parent[ZKR_PARENT_MAX];
+	char		name[ZKN_NAME_MAX + 1];
+
+	zkl_get_lock_parent(fcinfo, parent, name);
+	zkl_check_session();
+	return zkh_release_session_hold(parent, shared, name);
 }
 
 Datum
 zk_unlock(PG_FUNCTION_ARGS)
 {
-	char		parent[ZKR_PARENT_MAX];
-	char		name[ZKN_NAME_MAX + 1];
+	PG_RETURN_BOOL(release(fcinfo, false));
+}
 
-	get_lock_parent(fcinfo, parent, name);
-	check_session();
-	PG_RETURN_BOOL(zkh_release_session_hold(parent, name));
+Datum
+zk_unlock_shared(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(release(fcinfo, true));
 }
 
 Datum
 zk_unlock_all(PG_FUNCTION_ARGS)
 {
-	check_session();
+	zkl_check_session();
 	zkh_release_all_session_holds();
 	PG_RETURN_VOID();
 }
@@ -455,8 +568,8 @@ zk_lock_token(PG_FUNCTION_ARGS)
 	char		name[ZKN_NAME_MAX + 1];
 	int64		token;
 
-	get_lock_parent(fcinfo, parent, name);
-	check_session();
+	zkl_get_lock_parent(fcinfo, parent, name);
+	zkl_check_session();
 	token = zkh_token(parent);
 	if (token == 0)
 		PG_RETURN_NULL();

@@ -238,6 +238,91 @@ SELECT other_query($$SELECT zk_unlock('datastore_a')::text$$);
 SELECT check_fence('datastore_a', :old_token);
 \set VERBOSITY default
 
+-- Shared mode: readers share; a writer excludes readers and writers.
+SELECT zk_lock_shared('rw');
+SELECT other_query($$SELECT (zk_try_lock_shared('rw') AND zk_unlock_shared('rw'))::text$$)
+  AS other_reader_shares;
+SELECT other_try('rw') AS other_writer_gets_in;
+SELECT zk_lock_shared('rw');
+SELECT zk_unlock_shared('rw');
+SELECT other_try('rw') AS writer_still_excluded;
+SELECT zk_unlock_shared('rw');
+SELECT other_try('rw') AS writer_gets_in_now;
+SELECT zk_unlock_shared('rw');
+SELECT zk_lock('rw');
+SELECT other_query($$SELECT zk_try_lock_shared('rw')::text$$) AS reader_excluded;
+SELECT other_query($$SELECT zk_lock_shared('rw', '200ms')::text$$) AS reader_times_out;
+-- A backend's own locks never conflict with each other, as with advisory
+-- locks: it may hold both modes, and take them in either order.
+SELECT zk_lock_shared('rw', '2s') AS own_writer_does_not_block;
+SELECT zk_unlock('rw');
+SELECT other_query($$SELECT (zk_try_lock_shared('rw') AND zk_unlock_shared('rw'))::text$$)
+  AS shares_again;
+SELECT zk_lock('rw', '2s') AS own_reader_does_not_block;
+SELECT other_query($$SELECT zk_try_lock_shared('rw')::text$$) AS reader_excluded_again;
+SELECT zk_unlock('rw'), zk_unlock_shared('rw');
+BEGIN;
+SELECT zk_xact_lock_shared('rwx');
+SELECT zk_try_xact_lock_shared('rwx');
+SELECT zk_xact_lock_shared('rwx', '1s');
+SELECT other_try('rwx') AS writer_excluded;
+SELECT zk_unlock_shared('rwx');
+COMMIT;
+SELECT other_try('rwx') AS free_after_commit;
+SELECT zk_lock_shared('both_modes');
+SELECT zk_lock('both_modes');
+SELECT zk_unlock_all();
+SELECT other_try('both_modes') AS unlock_all_ends_shared_holds_too;
+
+-- zk_locks: this backend's locks.
+SELECT zk_lock('v1');
+SELECT zk_lock('v1');
+SELECT zk_lock_shared('v2');
+BEGIN;
+SELECT zk_xact_lock('v1');
+SELECT name, mode, scope, holds, state,
+       node ~ ('^/zklock_regress/' || name || '/_c_[0-9a-f-]{36}-(read-)?lock-[0-9]{10}$') AS node_ok,
+       token > 0 AS has_token, held_since <= now() AS since_ok
+FROM zk_locks ORDER BY name, mode, scope;
+COMMIT;
+SELECT zk_unlock_all();
+SELECT count(*) AS locks_left FROM zk_locks;
+
+-- zk_lock_contenders: the queue across every client.  The other backend
+-- waits asynchronously behind us.
+SELECT zk_lock('queue');
+SELECT zk_lock_shared('queue');
+SELECT dblink_send_query('other', $$SELECT zk_lock('queue')$$);
+DO $$
+BEGIN
+  FOR i IN 1..200 LOOP
+    EXIT WHEN (SELECT count(*) FROM zk_lock_contenders('queue')) = 3;
+    PERFORM pg_sleep(0.05);
+  END LOOP;
+END $$;
+SELECT queue_position, mode, holds, client,
+       identity LIKE format('pid %s on %%, database %s, user %s, application %%',
+                            pg_backend_pid(), current_database(), current_user) AS this_backend,
+       token > 0 AS has_token
+FROM zk_lock_contenders('queue') ORDER BY queue_position;
+SELECT zk_unlock('queue'), zk_unlock_shared('queue');
+SELECT * FROM dblink_get_result('other') AS t(r text);
+SELECT * FROM dblink_get_result('other') AS t(r text);
+SELECT other_query($$SELECT zk_unlock('queue')::text$$);
+SELECT count(*) AS contenders_left FROM zk_lock_contenders('queue');
+SELECT count(*) AS no_such_lock FROM zk_lock_contenders('never_used');
+
+-- zk_status: this backend's session and counters; never the password.
+SELECT state, server ~ '^127\.0\.0\.1:[0-9]+$' AS server_ok,
+       session_id ~ '^0x[0-9a-f]+$' AS session_id_ok,
+       session_timeout_ms = 10000 AS timeout_ok, locks_held,
+       acquisitions > 0 AS acquired, waits > 0 AS waited,
+       wait_time_ms > 0 AS wait_time_ok, timeouts > 0 AS timed_out,
+       cancellations > 0 AS cancelled, losses
+FROM zk_status();
+SELECT count(*) AS columns FROM pg_attribute
+WHERE attrelid = 'zk_locks'::regclass AND attnum > 0;
+
 -- Bad arguments are errors, never a silent NULL.
 SELECT zk_lock(NULL);
 SELECT zk_try_lock(NULL);
@@ -251,6 +336,10 @@ SELECT zk_try_lock(repeat('n', 255));
 SELECT zk_unlock(repeat('n', 255));
 SELECT zk_unlock('');
 SELECT zk_lock_token(NULL);
+SELECT zk_lock_shared(NULL);
+SELECT zk_unlock_shared(NULL);
+SELECT * FROM zk_lock_contenders(NULL);
+SELECT * FROM zk_lock_contenders('');
 
 -- Names outside the plain set map to one node each, directly under the
 -- root: slashes, dots and the like cannot reach another node.

@@ -33,12 +33,19 @@ send_query($b, "SELECT zk_lock('handoff'); SELECT 'b granted';");
 ok(wait_for_zk_wait($node, $b->{zk_pid}),
 	'a second backend waits, shown as wait_event_type Extension');
 ok(zk_wait_contenders("$root/handoff", 2), 'the waiter queued one node');
+like($node->safe_psql('postgres',
+		"SELECT query FROM pg_stat_activity WHERE pid = $b->{zk_pid}"),
+	qr/zk_lock\('handoff'\)/, 'pg_stat_activity shows which lock it waits for');
+like(slurp_file("/proc/$b->{zk_pid}/cmdline"), qr/waiting for zklock "handoff"/,
+	'and so does its process title');
 run_sql($a, "SELECT zk_unlock('handoff')");
 is($node->safe_psql('postgres',
 		"SELECT wait_event_type FROM pg_stat_activity WHERE pid = $b->{zk_pid}"),
 	'Extension', 'one unlock of a twice-held lock does not hand it over');
 run_sql($a, "SELECT zk_unlock('handoff')");
 ok(await_output($b, qr/b granted/), 'the last unlock hands the lock over');
+unlike(slurp_file("/proc/$b->{zk_pid}/cmdline"), qr/waiting for zklock/,
+	'the process title no longer says it waits');
 my ($out) = run_sql($a, "SELECT zk_try_lock('handoff')");
 is($out, 'f', 'the new holder excludes the old one');
 run_sql($b, "SELECT zk_unlock('handoff')");

@@ -1,0 +1,190 @@
+#!/usr/bin/python3
+"""A kazoo lock client that the zklock tests drive over stdin/stdout.
+
+Usage: peer_kazoo.py [--kind lock|read|write] HOSTS LOCKPATH
+
+Connects to HOSTS, prints "ready", then reads one command per line and
+answers each with exactly one line:
+
+  acquire   block until the lock is held          -> acquired
+  try       one non-blocking attempt               -> acquired | busy
+  release   give the lock up                       -> released
+  quit      release if held, close, exit 0 (also on end of input)
+
+Anything that goes wrong is answered with "error: MESSAGE" and the peer
+carries on ("acquire"/"try" while holding, "release" while not holding,
+unknown commands, ZooKeeper errors). If it cannot connect it prints
+"error: ..." instead of "ready" and exits 1.
+
+--kind picks kazoo's Lock (default), ReadLock or WriteLock. Every kind is
+created with extra_lock_patterns=["-lock-"], so Curator InterProcessMutex
+and zklock nodes ("..-lock-<seq>") count as contenders, and identifier
+"kazoo-peer" (the node data). kazoo names its own nodes
+"<32 hex>__lock__<seq>" (Lock, WriteLock) or "<32 hex>__rlock__<seq>"
+(ReadLock).
+
+A "try" that finds the lock busy deletes the node it created before it
+answers "busy" (kazoo's own cleanup after a failed non-blocking acquire).
+End of input while "acquire" blocks cancels the wait (the node is deleted)
+and exits. SIGTERM closes the session, which removes the node at once,
+instead of leaving it until the session times out.
+
+Logging goes to stderr at WARNING.
+"""
+
+import argparse
+import logging
+import queue
+import signal
+import sys
+import threading
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import CancelledError
+from kazoo.handlers.threading import KazooTimeoutError
+
+SESSION_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 10.0
+IDENTIFIER = "kazoo-peer"
+EXTRA_LOCK_PATTERNS = ["-lock-"]
+
+
+def say(line):
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def error(exc_or_msg):
+    if isinstance(exc_or_msg, BaseException):
+        msg = "%s: %s" % (type(exc_or_msg).__name__, exc_or_msg)
+    else:
+        msg = exc_or_msg
+    say("error: " + " ".join(str(msg).split()))
+
+
+class Peer(object):
+    def __init__(self, zk, lock):
+        self.zk = zk
+        self.lock = lock
+        self.held = False
+        self.commands = queue.Queue()
+        self.state = threading.Lock()
+        self.acquiring = False
+        self.eof = False
+
+    def read_stdin(self):
+        """Feed stdin lines to the main thread; None marks end of input."""
+        try:
+            for line in iter(sys.stdin.readline, ""):
+                self.commands.put(line)
+        finally:
+            with self.state:
+                self.eof = True
+                if self.acquiring:
+                    # Nobody is left to wait for the answer: give up the
+                    # wait, which also deletes our node.
+                    self.lock.cancel()
+            self.commands.put(None)
+
+    def do_acquire(self, blocking):
+        if self.held:
+            error("lock already held")
+            return
+        with self.state:
+            if blocking and self.eof:
+                return
+            self.acquiring = blocking
+        try:
+            got = self.lock.acquire(blocking=blocking)
+        finally:
+            with self.state:
+                self.acquiring = False
+        if got:
+            self.held = True
+            say("acquired")
+        else:
+            say("busy")
+
+    def do_release(self):
+        if not self.held:
+            error("lock not held")
+            return
+        self.lock.release()
+        self.held = False
+        say("released")
+
+    def run(self):
+        threading.Thread(target=self.read_stdin, daemon=True).start()
+        say("ready")
+        while True:
+            line = self.commands.get()
+            if line is None:
+                break
+            cmd = line.strip()
+            if cmd == "":
+                continue
+            if cmd == "quit":
+                break
+            try:
+                if cmd == "acquire":
+                    self.do_acquire(blocking=True)
+                elif cmd == "try":
+                    self.do_acquire(blocking=False)
+                elif cmd == "release":
+                    self.do_release()
+                else:
+                    error("unknown command %r" % cmd)
+            except CancelledError:
+                break           # end of input during a blocking acquire
+            except Exception as e:
+                error(e)
+        if self.held:
+            try:
+                self.lock.release()
+            except Exception as e:
+                sys.stderr.write("peer_kazoo: release at exit: %s\n" % e)
+            self.held = False
+
+
+def on_sigterm(signum, frame):
+    sys.exit(143)   # unwinds to the finally below, which closes the session
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description="kazoo lock peer for the zklock tests")
+    parser.add_argument("--kind", choices=("lock", "read", "write"),
+                        default="lock")
+    parser.add_argument("hosts")
+    parser.add_argument("lockpath")
+    args = parser.parse_args()
+
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="peer_kazoo: %(levelname)s %(name)s: "
+                               "%(message)s")
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+    zk = KazooClient(hosts=args.hosts, timeout=SESSION_TIMEOUT_S)
+    try:
+        try:
+            zk.start(timeout=CONNECT_TIMEOUT_S)
+        except KazooTimeoutError:
+            error("cannot connect to %s" % args.hosts)
+            return 1
+        factory = {"lock": zk.Lock, "read": zk.ReadLock,
+                   "write": zk.WriteLock}[args.kind]
+        lock = factory(args.lockpath, IDENTIFIER,
+                       extra_lock_patterns=EXTRA_LOCK_PATTERNS)
+        Peer(zk, lock).run()
+        return 0
+    finally:
+        # Closing the session removes any node we still have right away.
+        try:
+            zk.stop()
+            zk.close()
+        except Exception:
+            pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
