@@ -13,7 +13,8 @@ use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(zk_cluster zk_session zk_children zk_contenders
   zk_wait_contenders zk_get wait_until wait_for_zk_wait send_query
-  run_sql await_output zk_ensemble);
+  run_sql await_output zk_ensemble start_peer peer_send peer_expect
+  peer_quit);
 
 my $hosts = $ENV{ZKLOCK_TEST_HOSTS}
   or die "ZKLOCK_TEST_HOSTS is not set: run the suites with scripts/test-all";
@@ -161,5 +162,62 @@ sub zk_ensemble
 	  or die "zk-ensemble @args failed: $stderr";
 	return $stdout;
 }
+
+# A kazoo or Curator lock client on a lock path (test/peer_kazoo.py,
+# test/PeerCurator.java), driven over stdin/stdout.
+sub start_peer
+{
+	my ($kind, $path) = @_;
+	my @cmd;
+	if ($kind eq 'curator')
+	{
+		my $cp = slurp_file("$src/test/curator-classpath.txt");
+		chomp $cp;
+		@cmd = ('java', '-XX:-UsePerfData', '-XX:TieredStopAtLevel=1',
+			'-XX:+UseSerialGC', '-cp', $cp, "$src/test/PeerCurator.java",
+			$hosts, $path);
+	}
+	else
+	{
+		my ($lock_kind) = $kind =~ /^kazoo-?(\w*)$/ or die "unknown peer $kind";
+		@cmd = ('/usr/bin/python3', "$src/test/peer_kazoo.py", '--kind',
+			$lock_kind || 'lock', $hosts, $path);
+	}
+	my $peer = { kind => $kind, in => '', out => '', err => '' };
+	$peer->{timer} = IPC::Run::timer($PostgreSQL::Test::Utils::timeout_default);
+	$peer->{run} = IPC::Run::start(\@cmd, '<', \$peer->{in}, '>', \$peer->{out},
+		'2>', \$peer->{err}, $peer->{timer});
+	peer_expect($peer, qr/^ready$/m) or die "peer $kind did not start: $peer->{err}";
+	return $peer;
+}
+
+sub peer_send
+{
+	my ($peer, $command) = @_;
+	$peer->{in} .= "$command\n";
+	$peer->{run}->pump_nb;
+	return;
+}
+
+# Wait for a line matching $re; consumes output up to it.  False on timeout.
+sub peer_expect
+{
+	my ($peer, $re, $timeout) = @_;
+	$peer->{timer}->start($timeout // $PostgreSQL::Test::Utils::timeout_default);
+	$peer->{run}->pump until $peer->{out} =~ $re || $peer->{timer}->is_expired;
+	return 0 if $peer->{timer}->is_expired && $peer->{out} !~ $re;
+	$peer->{out} =~ s/^.*?$re\n?//s;
+	return 1;
+}
+
+sub peer_quit
+{
+	my ($peer) = @_;
+	peer_send($peer, 'quit');
+	$peer->{timer}->start(30);
+	$peer->{run}->finish;
+	return;
+}
+
 
 1;

@@ -14,13 +14,19 @@
  * its NIO socket (no netty), and Debian's guava.jar already contains
  * failureaccess (InternalFutureFailureAccess).
  *
+ * Startup: about 1.3 s from launch to "ready" on 2 CPUs, of which about
+ * 0.9 s is compiling this file; -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
+ * brings it to about 0.8-1.0 s. -XX:-UsePerfData avoids an
+ * /tmp/hsperfdata_<user>/<pid> file, which a killed JVM leaves behind.
+ *
  * Protocol: prints "ready" once connected, then reads one command per line
  * and answers each with exactly one line:
  *
  *   acquire   block until the lock is held          -> acquired
  *   try       acquire(0, ms): one attempt           -> acquired | busy
  *   release   give the lock up                       -> released
- *   quit      release if held, close, exit 0 (also on end of input)
+ *   quit      release if held, close, exit 0 (also on end of input);
+ *             no answer line
  *
  * Anything that goes wrong is answered with "error: MESSAGE" and the peer
  * carries on ("acquire"/"try" while holding, "release" while not holding,

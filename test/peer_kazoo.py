@@ -9,7 +9,8 @@ answers each with exactly one line:
   acquire   block until the lock is held          -> acquired
   try       one non-blocking attempt               -> acquired | busy
   release   give the lock up                       -> released
-  quit      release if held, close, exit 0 (also on end of input)
+  quit      release if held, close, exit 0 (also on end of input);
+            no answer line
 
 Anything that goes wrong is answered with "error: MESSAGE" and the peer
 carries on ("acquire"/"try" while holding, "release" while not holding,

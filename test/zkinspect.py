@@ -62,7 +62,10 @@ def connect(hosts):
 
 
 def children(zk, path):
+    # The server we happen to be connected to may lag the leader: sync first
+    # so a check sees every write that has completed.
     try:
+        zk.retry(zk.sync, path)
         return sorted(zk.retry(zk.get_children, path))
     except NoNodeError:
         return []

@@ -1,0 +1,159 @@
+# Interop with the real peers on the same ensemble: kazoo's Lock (with
+# extra_lock_patterns=["-lock-"]), ReadLock and WriteLock, and Curator's
+# InterProcessMutex, against zklock's exclusive and shared modes.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use ZkTest;
+
+my $root = '/zklock_t006';
+my $node = zk_cluster('interop', $root);
+my ($out, $err);
+
+sub sql_try
+{
+	my ($s, $what) = @_;
+	my ($r) = run_sql($s, "SELECT $what");
+	return $r;
+}
+
+# A peer and SQL exclude each other in both directions, for both modes.
+for my $kind ('kazoo', 'curator')
+{
+	my $name = "with_$kind";
+	my $peer = start_peer($kind, "$root/$name");
+	my $s = zk_session($node);
+
+	run_sql($s, "SELECT zk_lock('$name')");
+	peer_send($peer, 'try');
+	ok(peer_expect($peer, qr/^busy$/m), "$kind: excluded by a zklock holder");
+	peer_send($peer, 'acquire');
+	ok(zk_wait_contenders("$root/$name", 2), "$kind: queues behind zklock");
+	run_sql($s, "SELECT zk_unlock('$name')");
+	ok(peer_expect($peer, qr/^acquired$/m), "$kind: granted when zklock releases");
+
+	is(sql_try($s, "zk_try_lock('$name')"), 'f', "$kind: excludes a zklock writer");
+	is(sql_try($s, "zk_try_lock_shared('$name')"), 'f', "$kind: excludes a zklock reader");
+	send_query($s, "SELECT zk_lock('$name'); SELECT 'sql granted';");
+	ok(wait_for_zk_wait($node, $s->{zk_pid}), "$kind: zklock queues behind it");
+	peer_send($peer, 'release');
+	ok(peer_expect($peer, qr/^released$/m), "$kind: releases");
+	ok(await_output($s, qr/sql granted/), "$kind: zklock granted when it releases");
+	run_sql($s, "SELECT zk_unlock('$name')");
+
+	run_sql($s, "SELECT zk_lock_shared('$name')");
+	peer_send($peer, 'try');
+	ok(peer_expect($peer, qr/^busy$/m), "$kind: excluded by a zklock reader");
+	run_sql($s, "SELECT zk_unlock_shared('$name')");
+	peer_send($peer, 'try');
+	ok(peer_expect($peer, qr/^acquired$/m), "$kind: gets it once the reader is gone");
+	my @contenders = split /\n/, $node->safe_psql('postgres',
+		"SELECT client || ' ' || mode || ' ' || holds FROM zk_lock_contenders('$name')");
+	is_deeply(\@contenders, ["$kind exclusive true"],
+		"$kind: zk_lock_contenders names the peer's node");
+	peer_send($peer, 'release');
+	peer_expect($peer, qr/^released$/m);
+	peer_quit($peer);
+	$s->quit;
+	ok(zk_wait_contenders("$root/$name", 0), "$kind: no node left");
+}
+
+# A mixed queue of SQL, Curator and kazoo contenders is granted in FIFO
+# order.  Curator orders children by the text after its own "lock-", which
+# kazoo's names lack, so a Curator contender never queues behind a kazoo one
+# here (see the README).
+{
+	my $path = "$root/mixed";
+	my $h = zk_session($node);
+	run_sql($h, "SELECT zk_lock('mixed')");
+	my @queue = (
+		[ 'curator', start_peer('curator', $path) ],
+		[ 'sql',     zk_session($node) ],
+		[ 'kazoo',   start_peer('kazoo', $path) ],
+		[ 'sql',     zk_session($node) ],
+		[ 'kazoo',   start_peer('kazoo', $path) ]);
+	my $n = 1;
+	for my $entry (@queue)
+	{
+		my ($kind, $c) = @$entry;
+		if ($kind eq 'sql')
+		{
+			send_query($c, "SELECT zk_lock('mixed'); SELECT 'sql granted';");
+		}
+		else
+		{
+			peer_send($c, 'acquire');
+		}
+		$n++;
+		ok(zk_wait_contenders($path, $n), "contender $n ($kind) queued");
+	}
+	is($node->safe_psql('postgres',
+			"SELECT string_agg(client, ',' ORDER BY queue_position) FROM zk_lock_contenders('mixed')"),
+		'zklock,curator,zklock,kazoo,zklock,kazoo',
+		'zk_lock_contenders shows the mixed queue in order');
+	like($node->safe_psql('postgres',
+			"SELECT identity FROM zk_lock_contenders('mixed') WHERE client = 'kazoo' LIMIT 1"),
+		qr/^kazoo-peer$/, 'a kazoo node\'s data is shown raw');
+
+	run_sql($h, "SELECT zk_unlock('mixed')");
+	for my $i (0 .. $#queue)
+	{
+		my ($kind, $c) = @{ $queue[$i] };
+		my $granted = $kind eq 'sql'
+		  ? await_output($c, qr/sql granted/)
+		  : peer_expect($c, qr/^acquired$/m);
+		ok($granted, "contender " . ($i + 2) . " ($kind) granted in turn");
+		is(scalar zk_contenders($path), scalar(@queue) - $i,
+			'and nobody behind it was let in early');
+		if ($kind eq 'sql')
+		{
+			run_sql($c, "SELECT zk_unlock('mixed')");
+			$c->quit;
+		}
+		else
+		{
+			peer_send($c, 'release');
+			peer_expect($c, qr/^released$/m);
+			peer_quit($c);
+		}
+	}
+	ok(zk_wait_contenders($path, 0), 'the mixed queue drained');
+	$h->quit;
+}
+
+# kazoo's read/write locks against zklock's modes.
+{
+	my $path = "$root/rw";
+	my $s = zk_session($node);
+	my $writer = start_peer('kazoo-write', $path);
+	my $reader = start_peer('kazoo-read', $path);
+
+	run_sql($s, "SELECT zk_lock_shared('rw')");
+	peer_send($writer, 'try');
+	ok(peer_expect($writer, qr/^busy$/m), 'a kazoo WriteLock is excluded by a zklock reader');
+	run_sql($s, "SELECT zk_unlock_shared('rw')");
+
+	peer_send($writer, 'acquire');
+	ok(peer_expect($writer, qr/^acquired$/m), 'a kazoo WriteLock is acquired');
+	is(sql_try($s, "zk_try_lock_shared('rw')"), 'f', 'it excludes a zklock reader');
+	is(sql_try($s, "zk_try_lock('rw')"), 'f', 'and a zklock writer');
+	peer_send($writer, 'release');
+	peer_expect($writer, qr/^released$/m);
+
+	peer_send($reader, 'acquire');
+	ok(peer_expect($reader, qr/^acquired$/m), 'a kazoo ReadLock is acquired');
+	is(sql_try($s, "zk_try_lock_shared('rw')"), 't', 'a zklock reader shares with it');
+	is(sql_try($s, "zk_try_lock('rw')"), 'f', 'a zklock writer is excluded by it');
+	run_sql($s, "SELECT zk_unlock_shared('rw')");
+	peer_send($reader, 'release');
+	peer_expect($reader, qr/^released$/m);
+
+	peer_quit($_) for ($writer, $reader);
+	$s->quit;
+	ok(zk_wait_contenders($path, 0), 'no node left');
+}
+
+done_testing();
