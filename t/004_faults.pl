@@ -110,6 +110,8 @@ sub nodes_left
 		'and unlock says the lock was lost');
 	($out, $err) = run_sql($s, "SELECT zk_try_lock('long_outage_s'), zk_unlock('long_outage_s')");
 	is($out, 't|t', 'a new lock works on a new session');
+	($out) = run_sql($s, 'SELECT losses, state FROM zk_status()');
+	is($out, '1|connected', 'zk_status counts the loss and shows the new session');
 	for my $name (qw(long_outage_s long_outage_x long_outage_r))
 	{
 		ok(zk_wait_contenders("$root/$name", 0, 15), "no node of $name is left");
@@ -178,6 +180,11 @@ sub nodes_left
 	run_sql($h, "SELECT zk_lock('expire_s'); BEGIN; SELECT zk_xact_lock('expire_x')");
 	($out) = run_sql($h, 'SELECT zk_test_session_credentials()');
 	my $creds = $out;
+	my ($password) = $creds =~ /:([0-9a-f]+)$/;
+	($out) = run_sql($h, 'SELECT zk_status()::text');
+	unlike($out, qr/$password/, 'zk_status never shows the session password');
+	my ($sid) = $creds =~ /^([0-9a-f]+):/;
+	like($out, qr/0x$sid/, 'but shows the session id');
 	send_query($h, "SELECT pg_sleep(60);");
 	send_query($w, "SELECT zk_lock('expire_x'); SELECT 'granted after expiry';");
 	ok(wait_for_zk_wait($west, $w->{zk_pid}), 'a waiter queues behind the holder');

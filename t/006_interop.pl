@@ -143,6 +143,12 @@ for my $kind ('kazoo', 'curator')
 	peer_send($writer, 'release');
 	peer_expect($writer, qr/^released$/m);
 
+	run_sql($s, "SELECT zk_lock_shared('rw')");
+	peer_send($reader, 'try');
+	ok(peer_expect($reader, qr/^busy$/m),
+		'a kazoo ReadLock waits for a zklock reader too (stricter, but safe)');
+	run_sql($s, "SELECT zk_unlock_shared('rw')");
+
 	peer_send($reader, 'acquire');
 	ok(peer_expect($reader, qr/^acquired$/m), 'a kazoo ReadLock is acquired');
 	is(sql_try($s, "zk_try_lock_shared('rw')"), 't', 'a zklock reader shares with it');
@@ -154,6 +160,23 @@ for my $kind ('kazoo', 'curator')
 	peer_quit($_) for ($writer, $reader);
 	$s->quit;
 	ok(zk_wait_contenders($path, 0), 'no node left');
+}
+
+# Curator's read/write lock nodes are not supported, but zklock still
+# counts them: a writer node excludes, a reader node shares.
+{
+	my $s = zk_session($node);
+	ZkTest::zkinspect('create', "$root/curator_rw/_c_0f0e0d0c-0b0a-4909-8807-060504030201-__WRIT__0000000000");
+	is(sql_try($s, "zk_try_lock_shared('curator_rw')"), 'f',
+		'a Curator __WRIT__ node excludes a zklock reader');
+	ZkTest::zkinspect('delete', "$root/curator_rw/_c_0f0e0d0c-0b0a-4909-8807-060504030201-__WRIT__0000000000");
+	ZkTest::zkinspect('create', "$root/curator_rw/_c_0f0e0d0c-0b0a-4909-8807-060504030201-__READ__0000000000");
+	is(sql_try($s, "zk_try_lock_shared('curator_rw') AND zk_unlock_shared('curator_rw')"), 't',
+		'a Curator __READ__ node shares with a zklock reader');
+	is(sql_try($s, "zk_try_lock('curator_rw')"), 'f',
+		'and excludes a zklock writer');
+	ZkTest::zkinspect('delete', "$root/curator_rw");
+	$s->quit;
 }
 
 done_testing();
