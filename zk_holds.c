@@ -200,20 +200,21 @@ release_if_unheld(HTAB *table, ZkHold *hold)
 }
 
 /*
- * Wait for the nodes released to be gone.  If one could not even be handed
- * to the janitor (out of memory), end the session: that deletes every node
- * this backend has, so no lock is left stuck, and the other holds are
- * reported lost.  Raises no ERROR, for the transaction-end callbacks.
+ * Wait for the nodes released to be gone, if the caller must.  If one could
+ * not even be handed to the janitor (out of memory), end the session: that
+ * deletes every node this backend has, so no lock is left stuck, and the
+ * other holds are reported lost.  Raises no ERROR, for the transaction-end
+ * callbacks.
  */
 static void
-finish_releases(void)
+finish_releases(bool wait)
 {
 	if (release_failed)
 	{
 		zkh_mark_all_lost();
 		zks_close();
 	}
-	else if (releases_pending)
+	else if (releases_pending && wait)
 		zkr_wait_released();
 	releases_pending = false;
 	release_failed = false;
@@ -247,7 +248,7 @@ zkh_release_session_hold(const char *parent, bool shared, const char *name)
 	}
 	hold->session_count--;
 	release_if_unheld(holds, hold);
-	finish_releases();
+	finish_releases(true);
 	return true;
 }
 
@@ -272,7 +273,7 @@ zkh_release_all_session_holds(void)
 {
 	release_all_session_holds_in(lost_holds);
 	release_all_session_holds_in(holds);
-	finish_releases();
+	finish_releases(true);
 }
 
 bool
@@ -514,12 +515,18 @@ end_xact_holds_in(HTAB *table, SubTransactionId subid, bool all)
 	}
 }
 
+/*
+ * Transaction-level releases do not wait for ZooKeeper unless asked to:
+ * the delete is sent, the janitor sees it through, and this backend's next
+ * acquire is ordered after it.  Another client may see the lock held for
+ * one more round trip.
+ */
 static void
 end_xact_holds(SubTransactionId subid, bool all)
 {
 	end_xact_holds_in(lost_holds, subid, all);
 	end_xact_holds_in(holds, subid, all);
-	finish_releases();
+	finish_releases(zklock_synchronous_release);
 	update_cancel_on_loss();
 }
 

@@ -463,6 +463,7 @@ zkr_acquire(const char *parent, bool shared, const char *other_node,
 	snprintf(acq->prefix, sizeof(acq->prefix), "%s/_c_%s-%slock-",
 			 parent, acq->guid, shared ? "read-" : "");
 
+	zks_send_pending_deletes();
 	PG_TRY();
 	{
 		if (create_node(acq, data) && wait_in_queue(acq, wait))

@@ -53,6 +53,7 @@ char	   *zklock_hosts = NULL;
 int			zklock_session_timeout = 10000;
 int			zklock_connect_timeout = 5000;
 int			zklock_client_log_level = ZOO_LOG_LEVEL_ERROR;
+bool		zklock_synchronous_release = false;
 
 typedef struct JanitorTask
 {
@@ -464,6 +465,17 @@ zks_delete_later(const char *path)
 	}
 	janitor_kick(zh);
 	return true;
+}
+
+/*
+ * Queue every delete that is waiting for a reconnect before whatever the
+ * caller sends next: one session's requests are applied in order, so an
+ * acquire that follows a release in the same backend is ordered after it.
+ */
+void
+zks_send_pending_deletes(void)
+{
+	janitor_kick(zh);
 }
 
 /* Delete every child of parent created with this guid, likewise. */

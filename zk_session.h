@@ -37,6 +37,7 @@ extern char *zklock_hosts;
 extern int	zklock_session_timeout;
 extern int	zklock_connect_timeout;
 extern int	zklock_client_log_level;
+extern bool zklock_synchronous_release;
 
 typedef enum ZksState
 {
@@ -76,6 +77,7 @@ extern bool zks_await_connected(TimestampTz deadline);
 
 extern void zks_keep_node(const char *path);
 extern bool zks_delete_later(const char *path);
+extern void zks_send_pending_deletes(void);
 extern void zks_sweep_later(const char *parent, const char *guid);
 extern void zks_settle(int timeout_ms);
 

@@ -164,6 +164,14 @@ _PG_init(void)
 							PGC_USERSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
+	DefineCustomBoolVariable("zklock.synchronous_release",
+							 "Whether COMMIT and ROLLBACK wait for ZooKeeper to confirm the release of transaction-level locks.",
+							 "When off, the release is sent and retried until confirmed, but the transaction ends at once.",
+							 &zklock_synchronous_release,
+							 false,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
 	DefineCustomEnumVariable("zklock.client_log_level",
 							 "Level of the ZooKeeper client library's own messages on the server's standard error.",
 							 NULL,

@@ -7,6 +7,10 @@
 --
 -- Load the library so its settings are defined before the first lock call.
 LOAD 'zklock';
+-- The checks below look at a lock from the other backend right after COMMIT
+-- or ROLLBACK, so make those wait for ZooKeeper to confirm the release.
+-- The default, off, is tested near the end.
+SET zklock.synchronous_release = on;
 
 SELECT format('dbname=%s port=%s host=%s', current_database(),
               current_setting('port'),
@@ -193,6 +197,24 @@ BEGIN
   RAISE NOTICE 'after ROLLBACK, free elsewhere: %', other_try('proc_lock');
 END $$;
 CALL commit_between();
+
+-- With synchronous_release off (the default), COMMIT does not wait for the
+-- release, but the release is sent before COMMIT returns: another backend
+-- gets the lock within a round trip, and this backend's next acquire is
+-- ordered after its own release, so it finds the lock free at once.
+SET zklock.synchronous_release = off;
+BEGIN;
+SELECT zk_xact_lock('async');
+COMMIT;
+SELECT other_query($$SELECT zk_lock('async', '5s')::text$$) AS other_gets_it;
+SELECT other_query($$SELECT zk_unlock('async')::text$$);
+BEGIN;
+SELECT zk_xact_lock('async');
+COMMIT;
+BEGIN;
+SELECT zk_try_xact_lock('async') AS reacquired_at_once;
+ROLLBACK;
+SET zklock.synchronous_release = on;
 
 -- Fencing tokens: NULL unless held, the same for every hold on one node,
 -- and larger for each later holder, including one on another backend.

@@ -33,7 +33,7 @@ run_sql($e, "BEGIN; SELECT zk_xact_lock('datastore_b')");
 ($out) = run_sql($w, "SELECT zk_try_xact_lock('datastore_b')");
 is($out, 'f', 'a transaction-level lock excludes the other cluster');
 run_sql($e, 'COMMIT');
-($out) = run_sql($w, "SELECT zk_try_xact_lock('datastore_b')");
+($out) = run_sql($w, "SELECT zk_xact_lock('datastore_b', '5s')");
 is($out, 't', 'COMMIT on one cluster frees it for the other');
 $e->quit;
 $w->quit;
