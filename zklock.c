@@ -273,23 +273,22 @@ get_timeout_ms(FunctionCallInfo fcinfo)
 
 /*
  * Who holds the node, as a small JSON document, so an operator looking at
- * ZooKeeper can tell which backend holds a lock.
+ * ZooKeeper can tell which backend holds a lock.  zk_names.c parses exactly
+ * this format back.  Built once, and again only when application_name
+ * changes, since it is sent with every acquire.
  */
-static char *
+static const char *
 holder_identity(void)
 {
-	static char *database = NULL;
-	static char *user = NULL;
+	static char *identity = NULL;
+	static char *identity_app = NULL;
+	const char *app = application_name ? application_name : "";
 	char		host[256];
 	StringInfoData buf;
 
-	if (database == NULL)
-	{
-		database = MemoryContextStrdup(TopMemoryContext,
-									   get_database_name(MyDatabaseId));
-		user = MemoryContextStrdup(TopMemoryContext,
-								   GetUserNameFromId(GetSessionUserId(), false));
-	}
+	if (identity && strcmp(identity_app, app) == 0)
+		return identity;
+
 	if (gethostname(host, sizeof(host)) != 0)
 		strlcpy(host, "unknown", sizeof(host));
 	host[sizeof(host) - 1] = '\0';
@@ -299,13 +298,22 @@ holder_identity(void)
 	escape_json(&buf, host);
 	appendStringInfo(&buf, ",\"port\":%d,\"pid\":%d,\"database\":",
 					 PostPortNumber, MyProcPid);
-	escape_json(&buf, database);
+	escape_json(&buf, get_database_name(MyDatabaseId));
 	appendStringInfoString(&buf, ",\"user\":");
-	escape_json(&buf, user);
+	escape_json(&buf, GetUserNameFromId(GetSessionUserId(), false));
 	appendStringInfoString(&buf, ",\"application_name\":");
-	escape_json(&buf, application_name ? application_name : "");
+	escape_json(&buf, app);
 	appendStringInfoChar(&buf, '}');
-	return buf.data;
+
+	if (identity)
+	{
+		pfree(identity);
+		pfree(identity_app);
+	}
+	identity = MemoryContextStrdup(TopMemoryContext, buf.data);
+	identity_app = MemoryContextStrdup(TopMemoryContext, app);
+	pfree(buf.data);
+	return identity;
 }
 
 /* Long enough to mean "no limit", short enough not to overflow. */
@@ -320,7 +328,7 @@ static bool
 wait_for_grant(ZkHold *hold, bool try_only, int64 timeout_ms)
 {
 	ZkHold	   *other = zkh_find(hold->parent, !hold->shared);
-	char	   *identity = holder_identity();
+	const char *identity = holder_identity();
 	bool		wait = !try_only && timeout_ms != 0;
 	bool		arm_lock_timeout = wait && LockTimeout > 0;
 	TimestampTz start = GetCurrentTimestamp();
@@ -341,7 +349,6 @@ wait_for_grant(ZkHold *hold, bool try_only, int64 timeout_ms)
 						 wait, deadline, &hold->node, &waited);
 	if (arm_lock_timeout)
 		disable_timeout(LOCK_TIMEOUT, false);
-	pfree(identity);
 
 	if (waited)
 	{

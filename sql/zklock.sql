@@ -46,6 +46,26 @@ SET zklock.root = '/a//b';
 SET zklock.root = '/zookeeper/locks';
 SET zklock.root = '/with space';
 
+-- Only superusers may point zklock elsewhere or change its session.
+CREATE ROLE zk_plain_user;
+SET ROLE zk_plain_user;
+DO $$
+BEGIN
+  SET zklock.hosts = '127.0.0.1:1';
+EXCEPTION WHEN OTHERS THEN
+  RAISE NOTICE 'SET zklock.hosts: % (%)', SQLERRM, SQLSTATE;
+END $$;
+SET zklock.hosts = '127.0.0.1:1';
+SET zklock.root = '/elsewhere';
+SET zklock.session_timeout = '1s';
+SET zklock.client_log_level = debug;
+SET zklock.connect_timeout = '3s';
+SET zklock.synchronous_release = on;
+SELECT zk_try_lock('plain_user_lock') AND zk_unlock('plain_user_lock') AS plain_user_locks;
+RESET zklock.connect_timeout;
+RESET ROLE;
+DROP ROLE zk_plain_user;
+
 -- Exclusion and stacking at session level.
 SELECT zk_lock('datastore_a');
 SELECT other_try('datastore_a');

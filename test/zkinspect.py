@@ -9,7 +9,8 @@ Usage: zkinspect.py HOSTS COMMAND PATH [ARGS]
   stat PATH                  "CZXID 0xEPHEMERAL_OWNER" (exit 1 if missing)
   tree PATH                  every descendant path, depth first, sorted
                              (PATH itself excluded; nothing if missing)
-  create PATH [DATA]         create PATH (and missing parents)
+  create PATH [DATA]         create PATH (and missing parents); DATA
+                             "hex:..." gives raw bytes
   delete PATH                delete PATH and everything below it
                              (exit 1 if missing)
   expire SESSION:PASSWORD    join the session with this id and password
@@ -133,6 +134,8 @@ def main(argv):
             print("%d 0x%x" % (st.czxid, st.ephemeralOwner & (2**64 - 1)))
         elif cmd == "create":
             data = args[0].encode("utf-8") if args else b""
+            if data.startswith(b"hex:"):
+                data = bytes.fromhex(data[4:].decode())
             try:
                 zk.retry(zk.create, path, data, makepath=True)
             except NodeExistsError:
