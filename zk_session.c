@@ -54,6 +54,8 @@ int			zklock_session_timeout = 10000;
 int			zklock_connect_timeout = 5000;
 int			zklock_client_log_level = ZOO_LOG_LEVEL_ERROR;
 bool		zklock_synchronous_release = false;
+char	   *zklock_auth = NULL;
+bool		zklock_world_readable = false;
 
 typedef struct JanitorTask
 {
@@ -104,6 +106,16 @@ static WaitEventSet *wait_set = NULL;
 static bool exit_callback_registered = false;
 static char *opened_hosts = NULL;
 static int	opened_session_timeout = 0;
+static char *opened_auth = NULL;
+static bool opened_world_readable = false;
+
+/*
+ * The ACL for the nodes this session creates: open to all without
+ * zklock.auth; with it, everything for the authenticated creator and, if
+ * zklock.world_readable, reading for anyone.
+ */
+static struct ACL creator_acl_entries[2];
+static struct ACL_vector node_acl;
 static int64 session_id = 0;
 
 static void janitor_send(zhandle_t *handle, JanitorTask *task);
@@ -680,7 +692,7 @@ zks_create(const char *path, const char *data, int datalen, int mode)
 
 	return request_queued(req,
 						  zoo_acreate2(zh, path, data, datalen,
-									   &ZOO_OPEN_ACL_UNSAFE, mode,
+									   &node_acl, mode,
 									   create_done, req),
 						  "create", path);
 }
@@ -884,6 +896,16 @@ zks_connect_count(void)
 static void
 check_session_alive(void)
 {
+	bool		rejected;
+
+	pthread_mutex_lock(&shared_mutex);
+	rejected = auth_failed;
+	pthread_mutex_unlock(&shared_mutex);
+	/* Terminal for the handle: the next call opens a new session. */
+	if (rejected)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PASSWORD),
+				 errmsg("ZooKeeper rejected the credentials in zklock.auth")));
 	if (zks_is_lost())
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
@@ -1092,6 +1114,40 @@ zks_settle(int timeout_ms)
 }
 
 static void
+auth_done(int rc, const void *data)
+{
+}
+
+/*
+ * Add the zklock.auth digest credentials to the new session; the library
+ * sends them on every (re)connect.  Choose the ACL for our nodes to match.
+ * The password goes nowhere else: not into messages, logs or node data.
+ */
+static void
+authenticate(void)
+{
+	if (opened_auth[0] == '\0')
+	{
+		node_acl = ZOO_OPEN_ACL_UNSAFE;
+		return;
+	}
+	creator_acl_entries[0].perms = ZOO_PERM_ALL;
+	creator_acl_entries[0].id = ZOO_AUTH_IDS;
+	creator_acl_entries[1].perms = ZOO_PERM_READ;
+	creator_acl_entries[1].id = ZOO_ANYONE_ID_UNSAFE;
+	node_acl.data = creator_acl_entries;
+	node_acl.count = opened_world_readable ? 2 : 1;
+	if (zoo_add_auth(zh, "digest", opened_auth, strlen(opened_auth),
+					 auth_done, NULL) != ZOK)
+	{
+		zks_close();
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION),
+				 errmsg("could not add the zklock.auth credentials to the ZooKeeper session")));
+	}
+}
+
+static void
 close_at_exit(int code, Datum arg)
 {
 	zks_close();
@@ -1144,6 +1200,8 @@ zks_settings_changed(void)
 {
 	return zh != NULL &&
 		(strcmp(opened_hosts, zklock_hosts ? zklock_hosts : "") != 0 ||
+		 strcmp(opened_auth, zklock_auth ? zklock_auth : "") != 0 ||
+		 opened_world_readable != zklock_world_readable ||
 		 opened_session_timeout != zklock_session_timeout);
 }
 
@@ -1223,7 +1281,13 @@ zks_open(void)
 			pfree(opened_hosts);
 		opened_hosts = hosts;
 		opened_session_timeout = zklock_session_timeout;
+		if (opened_auth)
+			pfree(opened_auth);
+		opened_auth = MemoryContextStrdup(TopMemoryContext,
+										  zklock_auth ? zklock_auth : "");
+		opened_world_readable = zklock_world_readable;
 		session_id = 0;
+		authenticate();
 	}
 
 	if (session_id != 0 && !zks_is_lost())

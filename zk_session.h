@@ -38,6 +38,8 @@ extern int	zklock_session_timeout;
 extern int	zklock_connect_timeout;
 extern int	zklock_client_log_level;
 extern bool zklock_synchronous_release;
+extern char *zklock_auth;
+extern bool zklock_world_readable;
 
 typedef enum ZksState
 {

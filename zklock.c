@@ -129,6 +129,20 @@ check_root(char **newval, void **extra, GucSource source)
 	return true;
 }
 
+/* Digest credentials are "user:password" with a non-empty user. */
+static bool
+check_auth(char **newval, void **extra, GucSource source)
+{
+	const char *colon = strchr(*newval, ':');
+
+	if ((*newval)[0] != '\0' && (colon == NULL || colon == *newval))
+	{
+		GUC_check_errdetail("zklock.auth must have the form \"user:password\".");
+		return false;
+	}
+	return true;
+}
+
 void
 _PG_init(void)
 {
@@ -148,6 +162,22 @@ _PG_init(void)
 							   PGC_SUSET,
 							   0,
 							   check_root, NULL, NULL);
+	DefineCustomStringVariable("zklock.auth",
+							   "ZooKeeper digest credentials, \"user:password\", for each session.",
+							   "When set, zklock's nodes are created with the creator-all ACL.  Only superusers can set or read it.",
+							   &zklock_auth,
+							   "",
+							   PGC_SUSET,
+							   GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
+							   check_auth, NULL, NULL);
+	DefineCustomBoolVariable("zklock.world_readable",
+							 "With zklock.auth, whether anyone may read zklock's nodes (not change them).",
+							 NULL,
+							 &zklock_world_readable,
+							 false,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
 	DefineCustomIntVariable("zklock.session_timeout",
 							"ZooKeeper session timeout requested by each backend.",
 							"The ensemble may clamp it.  Takes effect when the backend next opens a session.",

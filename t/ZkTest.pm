@@ -88,6 +88,7 @@ sub await_output
 sub zkinspect
 {
 	my (@args) = @_;
+	local $ENV{ZKINSPECT_AUTH} = $ENV{ZKINSPECT_AUTH};
 	my ($stdout, $stderr);
 	my $ok = IPC::Run::run([ '/usr/bin/python3', "$src/test/zkinspect.py",
 			$hosts, @args ], '>', \$stdout, '2>', \$stderr);

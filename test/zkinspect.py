@@ -13,6 +13,9 @@ Usage: zkinspect.py HOSTS COMMAND PATH [ARGS]
                              "hex:..." gives raw bytes
   delete PATH                delete PATH and everything below it
                              (exit 1 if missing)
+  try-delete PATH            try to delete PATH alone; print "ok" or the
+                             error's class name (exit 0 either way)
+  try-set PATH DATA          likewise for setting PATH's data
   expire SESSION:PASSWORD    join the session with this id and password
                              (both hex) and close it, which expires it for
                              its owner, as Curator's tests do
@@ -25,6 +28,7 @@ connection error.
 """
 
 import logging
+import os
 import sys
 import time
 
@@ -48,9 +52,12 @@ def fail(msg, code=1):
 def connect(hosts):
     # Retry individual requests across connection loss so a check that
     # runs during a leader election does not fail spuriously.
+    # ZKINSPECT_AUTH="user:password" authenticates with the digest scheme.
+    auth = os.environ.get("ZKINSPECT_AUTH")
     zk = KazooClient(
         hosts=hosts,
         timeout=CONNECT_TIMEOUT_S,
+        auth_data=[("digest", auth)] if auth else None,
         command_retry=dict(max_tries=-1, delay=0.1, max_delay=1.0,
                            deadline=CONNECT_TIMEOUT_S),
     )
@@ -85,7 +92,8 @@ def main(argv):
         usage()
     hosts, cmd, path, args = argv[1], argv[2], argv[3], argv[4:]
     nargs = {"children": 0, "get": 0, "stat": 0, "tree": 0,
-             "delete": 0, "wait-children": 2, "expire": 0}
+             "delete": 0, "wait-children": 2, "expire": 0,
+             "try-delete": 0, "try-set": 1}
     if cmd == "create":
         if len(args) > 1:
             usage()
@@ -140,6 +148,15 @@ def main(argv):
                 zk.retry(zk.create, path, data, makepath=True)
             except NodeExistsError:
                 fail("%s: node exists" % path)
+        elif cmd in ("try-delete", "try-set"):
+            try:
+                if cmd == "try-delete":
+                    zk.delete(path)
+                else:
+                    zk.set(path, args[0].encode("utf-8"))
+                print("ok")
+            except Exception as e:  # the class name is the answer
+                print(type(e).__name__)
         elif cmd == "delete":
             if zk.retry(zk.exists, path) is None:
                 fail("%s: no such node" % path)
