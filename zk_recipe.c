@@ -286,6 +286,19 @@ create_node(Acquisition *acq, const char *data)
 	}
 }
 
+static void report_node_gone(Acquisition *acq) pg_attribute_noreturn();
+
+/* Our node, or its whole parent, is gone from under us. */
+static void
+report_node_gone(Acquisition *acq)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_CONNECTION_FAILURE),
+			 errmsg("zklock lock node \"%s\" disappeared while waiting",
+					acq->node->path),
+			 errdetail("The ZooKeeper session was lost or another client deleted the node.")));
+}
+
 /*
  * From a listing of the parent, find the contender we must wait for: for an
  * exclusive node the one just before it, for a shared node the nearest
@@ -345,11 +358,7 @@ find_predecessor(Acquisition *acq, char *predecessor, size_t size)
 		}
 	}
 	if (!own_seen)
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("zklock lock node \"%s\" disappeared while waiting",
-						acq->node->path),
-				 errdetail("The ZooKeeper session was lost or another client deleted the node.")));
+		report_node_gone(acq);
 	return found;
 }
 
@@ -374,6 +383,8 @@ wait_in_queue(Acquisition *acq, bool wait)
 		if (rc != ZOK)
 		{
 			release_request(&acq->list);
+			if (rc == ZNONODE)
+				report_node_gone(acq);
 			if (!is_retryable(rc))
 				zks_report_error(rc, "list children of", acq->parent);
 			if (!await_connected(acq))

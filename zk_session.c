@@ -19,15 +19,9 @@
  * library's threads never run PostgreSQL's signal handlers, and closed at
  * backend exit so the server drops our ephemeral nodes at once.
  *
- * The janitor: a node that a backend gave up on (try-lock lost, timeout,
- * cancel, error, release) must be deleted even if the connection drops at
- * that moment, or it would "hold" the lock for nobody until the session
- * ends.  Such deletes are kept in a list and re-sent after each reconnect,
- * from the completion thread, until the server confirms them or the session
- * ends and takes the nodes with it.  A sweep task lists a parent and deletes
- * every child carrying an acquisition's unique id; it covers a create whose
- * reply was lost, and because one session's requests are applied in order it
- * also catches a create that was still in flight when the sweep was sent.
+ * Deleting the nodes a backend gives up is the janitor's job (zk_janitor.c);
+ * noticing a lost session while the backend is busy elsewhere is the loss
+ * watchdog's, below.
  *
  *-------------------------------------------------------------------------
  */
@@ -48,6 +42,7 @@
 
 #include "zk_names.h"
 #include "zk_session.h"
+#include "zk_session_int.h"
 
 char	   *zklock_hosts = NULL;
 int			zklock_session_timeout = 10000;
@@ -57,23 +52,12 @@ bool		zklock_synchronous_release = false;
 char	   *zklock_auth = NULL;
 bool		zklock_world_readable = false;
 
-typedef struct JanitorTask
-{
-	struct JanitorTask *next;
-	bool		sweep;			/* list path and delete children with guid */
-	bool		dormant;		/* a held node: deleted on release or loss */
-	bool		in_flight;
-	bool		orphaned;		/* dropped from the list; its completion frees it */
-	char	   *path;			/* node to delete, or parent to sweep */
-	char		guid[ZKN_GUID_LEN + 1];
-} JanitorTask;
-
 /*
  * State shared with the library's threads.  Everything below is protected by
- * shared_mutex; the backend alone writes zh.
+ * zks_mutex (zk_session_int.h); the backend alone writes zks_zh.
  */
-static pthread_mutex_t shared_mutex = PTHREAD_MUTEX_INITIALIZER;
-static zhandle_t *zh = NULL;
+pthread_mutex_t zks_mutex = PTHREAD_MUTEX_INITIALIZER;
+zhandle_t  *zks_zh = NULL;
 static int	conn_state = 0;
 static bool session_expired = false;
 static bool auth_failed = false;
@@ -82,14 +66,13 @@ static struct timespec disconnected_at;
 static int	negotiated_timeout = 0;
 static uint64 watch_generation = 0;
 static uint64 connect_count = 0;
-static JanitorTask *janitor_tasks = NULL;
 
 /*
  * The loss watchdog: a plain thread that notices when the session has been
  * cut off for as long as its timeout (no library event says so) or has
  * expired, and then, if a transaction holds zklocks, cancels the running
  * statement with SIGINT so the critical section stops at once.  Also
- * protected by shared_mutex.
+ * protected by zks_mutex.
  */
 static pthread_cond_t watchdog_cond;
 static pthread_t watchdog_thread;
@@ -117,9 +100,6 @@ static bool opened_world_readable = false;
 static struct ACL creator_acl_entries[2];
 static struct ACL_vector node_acl;
 static int64 session_id = 0;
-
-static void janitor_send(zhandle_t *handle, JanitorTask *task);
-static void janitor_push_locked(JanitorTask *task);
 
 /*
  * The client library's own messages go to standard error, which the server
@@ -161,8 +141,8 @@ client_log(const char *message)
 }
 
 /* Wake the backend.  Safe on any thread: a plain system call. */
-static void
-wake_backend(void)
+void
+zks_wake_backend(void)
 {
 	uint64		one = 1;
 	ssize_t		rc pg_attribute_unused();
@@ -179,339 +159,6 @@ drain_wake_fd(void)
 		;
 }
 
-static void
-janitor_free(JanitorTask *task)
-{
-	free(task->path);
-	free(task);
-}
-
-/*
- * Drop every janitor task; the session's nodes are gone with it.  A task
- * whose request is in flight is left for its completion to free.
- */
-static void
-janitor_clear_locked(void)
-{
-	while (janitor_tasks)
-	{
-		JanitorTask *task = janitor_tasks;
-
-		janitor_tasks = task->next;
-		if (task->in_flight)
-			task->orphaned = true;
-		else
-			janitor_free(task);
-	}
-}
-
-/*
- * Re-send janitor tasks that are not in flight.  Called on the completion
- * thread after a reconnect, and by the backend after adding tasks.
- */
-static void
-janitor_kick(zhandle_t *handle)
-{
-	JanitorTask *to_send[64];
-	int			n;
-
-	do
-	{
-		JanitorTask *task;
-		int			i;
-
-		n = 0;
-		pthread_mutex_lock(&shared_mutex);
-		for (task = janitor_tasks; task && n < (int) lengthof(to_send);
-			 task = task->next)
-		{
-			if (!task->in_flight && !task->dormant)
-			{
-				task->in_flight = true;
-				to_send[n++] = task;
-			}
-		}
-		pthread_mutex_unlock(&shared_mutex);
-
-		/* The library is never called with our mutex held. */
-		for (i = 0; i < n; i++)
-			janitor_send(handle, to_send[i]);
-	} while (n == (int) lengthof(to_send));
-}
-
-static void
-janitor_unlink_locked(JanitorTask *target)
-{
-	JanitorTask **link;
-
-	for (link = &janitor_tasks; *link; link = &(*link)->next)
-	{
-		if (*link == target)
-		{
-			*link = target->next;
-			janitor_free(target);
-			return;
-		}
-	}
-}
-
-/* A task is finished unless the request may not have reached the server. */
-static bool
-janitor_should_retry(int rc)
-{
-	return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT;
-}
-
-static void
-janitor_finish(JanitorTask *task, int rc)
-{
-	pthread_mutex_lock(&shared_mutex);
-	task->in_flight = false;
-	if (task->orphaned)
-		janitor_free(task);
-	else if (rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE || rc == ZCLOSING)
-		janitor_clear_locked();
-	else if (!janitor_should_retry(rc))
-		janitor_unlink_locked(task);
-	pthread_mutex_unlock(&shared_mutex);
-	wake_backend();
-}
-
-static void
-janitor_delete_done(int rc, const void *data)
-{
-	janitor_finish((JanitorTask *) data, rc);
-}
-
-static JanitorTask *
-janitor_new_task(bool sweep, const char *path, const char *guid)
-{
-	JanitorTask *task = calloc(1, sizeof(JanitorTask));
-
-	if (task == NULL)
-		return NULL;
-	task->sweep = sweep;
-	task->path = strdup(path);
-	if (task->path == NULL)
-	{
-		free(task);
-		return NULL;
-	}
-	if (guid)
-		strlcpy(task->guid, guid, sizeof(task->guid));
-	return task;
-}
-
-static void
-janitor_sweep_done(int rc, const struct String_vector *children,
-				   const void *data)
-{
-	JanitorTask *sweep = (JanitorTask *) data;
-	JanitorTask *found[32];
-	int			nfound = 0;
-	bool		complete = true;
-	int			i;
-	zhandle_t  *handle = NULL;
-
-	pthread_mutex_lock(&shared_mutex);
-	if (sweep->orphaned)
-		rc = ZCLOSING;			/* janitor_finish frees it */
-	pthread_mutex_unlock(&shared_mutex);
-
-	if (rc == ZOK)
-	{
-		pthread_mutex_lock(&shared_mutex);
-		handle = zh;
-		for (i = 0; i < children->count; i++)
-		{
-			char		path[1024];
-			JanitorTask *task = NULL;
-
-			if (!zkn_has_guid(children->data[i], sweep->guid))
-				continue;
-			snprintf(path, sizeof(path), "%s/%s", sweep->path,
-					 children->data[i]);
-			if (nfound < (int) lengthof(found))
-				task = janitor_new_task(false, path, NULL);
-			if (task == NULL)
-			{
-				complete = false;
-				continue;
-			}
-			task->in_flight = true;
-			janitor_push_locked(task);
-			found[nfound++] = task;
-		}
-		pthread_mutex_unlock(&shared_mutex);
-
-		for (i = 0; i < nfound; i++)
-			janitor_send(handle, found[i]);
-	}
-
-	/*
-	 * Sweep again for what did not fit; the new listing is ordered after the
-	 * deletes just sent, so it shows only what is left.
-	 */
-	if (!complete)
-	{
-		janitor_finish(sweep, ZCONNECTIONLOSS);
-		janitor_kick(handle);
-		return;
-	}
-	janitor_finish(sweep, rc == ZNONODE ? ZOK : rc);
-}
-
-/*
- * Did the library refuse a request before registering its completion?  For
- * other errors (out of memory while queueing) the completion is already
- * registered and will still come, with an error, on the next disconnect.
- */
-static bool
-refused_outright(int rc)
-{
-	return rc == ZINVALIDSTATE || rc == ZBADARGUMENTS || rc == ZCLOSING;
-}
-
-static void
-sync_done(int rc, const char *value, const void *data)
-{
-}
-
-/*
- * Make the server we are connected to catch up with the leader before the
- * next read.  After a reconnect it need not have seen a create whose reply
- * was lost; a read queued behind this sync has.
- */
-static int
-send_sync(zhandle_t *handle, const char *path)
-{
-	return zoo_async(handle, path, sync_done, NULL);
-}
-
-static void
-janitor_send(zhandle_t *handle, JanitorTask *task)
-{
-	int			rc;
-
-	if (handle == NULL)
-		rc = ZCLOSING;
-	else if (task->sweep)
-	{
-		rc = send_sync(handle, task->path);
-		if (rc == ZOK)
-			rc = zoo_aget_children(handle, task->path, 0, janitor_sweep_done,
-								   task);
-	}
-	else
-		rc = zoo_adelete(handle, task->path, -1, janitor_delete_done, task);
-
-	/* No completion will come, so settle it here. */
-	if (refused_outright(rc))
-		janitor_finish(task, rc);
-}
-
-static JanitorTask *
-janitor_new_task_or_error(bool sweep, const char *path, const char *guid)
-{
-	JanitorTask *task = janitor_new_task(sweep, path, guid);
-
-	if (task == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
-	return task;
-}
-
-static void
-janitor_push_locked(JanitorTask *task)
-{
-	task->next = janitor_tasks;
-	janitor_tasks = task;
-}
-
-/*
- * Remember a node this backend now holds.  It stays in the janitor's list,
- * dormant, so that it is deleted if the session is declared lost but comes
- * back: the locks are given up then, and must not block others.
- */
-void
-zks_keep_node(const char *path)
-{
-	JanitorTask *task = janitor_new_task_or_error(false, path, NULL);
-
-	task->dormant = true;
-	pthread_mutex_lock(&shared_mutex);
-	janitor_push_locked(task);
-	pthread_mutex_unlock(&shared_mutex);
-}
-
-/*
- * Delete this node, retrying across reconnects until the session ends.
- * Never raises an ERROR, so transaction-end callbacks may call it; returns
- * false if it could not even record the task (out of memory).
- */
-bool
-zks_delete_later(const char *path)
-{
-	JanitorTask *task;
-
-	pthread_mutex_lock(&shared_mutex);
-	for (task = janitor_tasks; task; task = task->next)
-	{
-		if (task->dormant && strcmp(task->path, path) == 0)
-		{
-			task->dormant = false;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&shared_mutex);
-
-	if (task == NULL)
-	{
-		task = janitor_new_task(false, path, NULL);
-		if (task == NULL)
-			return false;
-		pthread_mutex_lock(&shared_mutex);
-		janitor_push_locked(task);
-		pthread_mutex_unlock(&shared_mutex);
-	}
-	janitor_kick(zh);
-	return true;
-}
-
-/*
- * Queue every delete that is waiting for a reconnect before whatever the
- * caller sends next: one session's requests are applied in order, so an
- * acquire that follows a release in the same backend is ordered after it.
- */
-void
-zks_send_pending_deletes(void)
-{
-	janitor_kick(zh);
-}
-
-/* Delete every child of parent created with this guid, likewise. */
-void
-zks_sweep_later(const char *parent, const char *guid)
-{
-	JanitorTask *task = janitor_new_task_or_error(true, parent, guid);
-
-	pthread_mutex_lock(&shared_mutex);
-	janitor_push_locked(task);
-	pthread_mutex_unlock(&shared_mutex);
-	janitor_kick(zh);
-}
-
-/* The session is declared lost: every held node is to go if it comes back. */
-static void
-janitor_wake_dormant_locked(void)
-{
-	JanitorTask *task;
-
-	for (task = janitor_tasks; task; task = task->next)
-		task->dormant = false;
-}
-
 /*
  * The watcher for session events and for the watches the recipe sets.  A
  * watch carries no context: any watch firing bumps a generation counter and
@@ -525,7 +172,7 @@ session_watcher(zhandle_t *handle, int type, int state, const char *path,
 	bool		reconnected = false;
 	int			timeout = zoo_recv_timeout(handle);
 
-	pthread_mutex_lock(&shared_mutex);
+	pthread_mutex_lock(&zks_mutex);
 	if (type == ZOO_SESSION_EVENT)
 	{
 		conn_state = state;
@@ -549,11 +196,11 @@ session_watcher(zhandle_t *handle, int type, int state, const char *path,
 	/* After a reconnect a waiter re-checks the queue too. */
 	watch_generation++;
 	pthread_cond_signal(&watchdog_cond);
-	pthread_mutex_unlock(&shared_mutex);
+	pthread_mutex_unlock(&zks_mutex);
 
 	if (reconnected)
 		janitor_kick(handle);
-	wake_backend();
+	zks_wake_backend();
 }
 
 /* Completion callbacks: copy the result out, then mark the request done. */
@@ -576,16 +223,16 @@ request_finish(ZkRequest *req, int rc)
 {
 	bool		abandoned;
 
-	pthread_mutex_lock(&shared_mutex);
+	pthread_mutex_lock(&zks_mutex);
 	req->rc = rc;
 	req->done = true;
 	abandoned = req->abandoned;
-	pthread_mutex_unlock(&shared_mutex);
+	pthread_mutex_unlock(&zks_mutex);
 
 	if (abandoned)
 		request_free(req);
 	else
-		wake_backend();
+		zks_wake_backend();
 }
 
 static void
@@ -676,7 +323,7 @@ request_queued(ZkRequest *req, int rc, const char *what, const char *path)
 {
 	if (rc != ZOK)
 	{
-		if (refused_outright(rc))
+		if (zks_refused_outright(rc))
 			free(req);
 		else
 			zks_release_request(req);	/* its completion frees it */
@@ -691,7 +338,7 @@ zks_create(const char *path, const char *data, int datalen, int mode)
 	ZkRequest  *req = request_new();
 
 	return request_queued(req,
-						  zoo_acreate2(zh, path, data, datalen,
+						  zoo_acreate2(zks_zh, path, data, datalen,
 									   &node_acl, mode,
 									   create_done, req),
 						  "create", path);
@@ -703,7 +350,7 @@ zks_get_children(const char *path)
 	ZkRequest  *req = request_new();
 
 	return request_queued(req,
-						  zoo_aget_children(zh, path, 0, children_done, req),
+						  zoo_aget_children(zks_zh, path, 0, children_done, req),
 						  "list children of", path);
 }
 
@@ -716,10 +363,10 @@ ZkRequest *
 zks_get_children_synced(const char *path)
 {
 	ZkRequest  *req = request_new();
-	int			rc = send_sync(zh, path);
+	int			rc = zks_send_sync(zks_zh, path);
 
 	if (rc == ZOK)
-		rc = zoo_aget_children(zh, path, 0, children_done, req);
+		rc = zoo_aget_children(zks_zh, path, 0, children_done, req);
 	return request_queued(req, rc, "list children of", path);
 }
 
@@ -729,7 +376,7 @@ zks_exists(const char *path)
 	ZkRequest  *req = request_new();
 
 	return request_queued(req,
-						  zoo_aexists(zh, path, 0, stat_done, req),
+						  zoo_aexists(zks_zh, path, 0, stat_done, req),
 						  "check", path);
 }
 
@@ -739,7 +386,7 @@ zks_get_data(const char *path)
 	ZkRequest  *req = request_new();
 
 	return request_queued(req,
-						  zoo_aget(zh, path, 0, data_done, req),
+						  zoo_aget(zks_zh, path, 0, data_done, req),
 						  "read", path);
 }
 
@@ -747,9 +394,9 @@ zks_get_data(const char *path)
 const char *
 zks_current_server(void)
 {
-	if (zh == NULL || zks_state() != ZKS_CONNECTED)
+	if (zks_zh == NULL || zks_state() != ZKS_CONNECTED)
 		return NULL;
-	return zoo_get_current_server(zh);
+	return zoo_get_current_server(zks_zh);
 }
 
 int
@@ -757,9 +404,9 @@ zks_negotiated_timeout(void)
 {
 	int			timeout;
 
-	pthread_mutex_lock(&shared_mutex);
+	pthread_mutex_lock(&zks_mutex);
 	timeout = negotiated_timeout;
-	pthread_mutex_unlock(&shared_mutex);
+	pthread_mutex_unlock(&zks_mutex);
 	return timeout;
 }
 
@@ -770,7 +417,7 @@ zks_watch_data(const char *path)
 	ZkRequest  *req = request_new();
 
 	return request_queued(req,
-						  zoo_awget(zh, path, session_watcher, NULL,
+						  zoo_awget(zks_zh, path, session_watcher, NULL,
 									data_done, req),
 						  "watch", path);
 }
@@ -786,11 +433,11 @@ zks_release_request(ZkRequest *req)
 
 	if (req == NULL)
 		return;
-	pthread_mutex_lock(&shared_mutex);
+	pthread_mutex_lock(&zks_mutex);
 	done = req->done;
 	if (!done)
 		req->abandoned = true;
-	pthread_mutex_unlock(&shared_mutex);
+	pthread_mutex_unlock(&zks_mutex);
 	if (done)
 		request_free(req);
 }
@@ -861,16 +508,16 @@ zks_state(void)
 {
 	ZksState	state;
 
-	if (zh == NULL)
+	if (zks_zh == NULL)
 		return ZKS_LOST;
-	pthread_mutex_lock(&shared_mutex);
+	pthread_mutex_lock(&zks_mutex);
 	if (lost_locked())
 		state = ZKS_LOST;
 	else if (conn_state == ZOO_CONNECTED_STATE)
 		state = ZKS_CONNECTED;
 	else
 		state = ZKS_UNSURE;
-	pthread_mutex_unlock(&shared_mutex);
+	pthread_mutex_unlock(&zks_mutex);
 	return state;
 }
 
@@ -878,7 +525,7 @@ zks_state(void)
 bool
 zks_is_lost(void)
 {
-	return zh != NULL && zks_state() == ZKS_LOST;
+	return zks_zh != NULL && zks_state() == ZKS_LOST;
 }
 
 /* How many times the session has (re)connected; changes on reconnect. */
@@ -887,9 +534,9 @@ zks_connect_count(void)
 {
 	uint64		count;
 
-	pthread_mutex_lock(&shared_mutex);
+	pthread_mutex_lock(&zks_mutex);
 	count = connect_count;
-	pthread_mutex_unlock(&shared_mutex);
+	pthread_mutex_unlock(&zks_mutex);
 	return count;
 }
 
@@ -898,9 +545,9 @@ check_session_alive(void)
 {
 	bool		rejected;
 
-	pthread_mutex_lock(&shared_mutex);
+	pthread_mutex_lock(&zks_mutex);
 	rejected = auth_failed;
-	pthread_mutex_unlock(&shared_mutex);
+	pthread_mutex_unlock(&zks_mutex);
 	/* Terminal for the handle: the next call opens a new session. */
 	if (rejected)
 		ereport(ERROR,
@@ -935,9 +582,9 @@ zks_wait_while_unsure(void)
 void
 zks_set_cancel_on_loss(bool cancel)
 {
-	pthread_mutex_lock(&shared_mutex);
+	pthread_mutex_lock(&zks_mutex);
 	cancel_on_loss = cancel;
-	pthread_mutex_unlock(&shared_mutex);
+	pthread_mutex_unlock(&zks_mutex);
 }
 
 /*
@@ -949,17 +596,17 @@ zks_take_loss_cancel(void)
 {
 	bool		sent;
 
-	pthread_mutex_lock(&shared_mutex);
+	pthread_mutex_lock(&zks_mutex);
 	sent = loss_cancel_sent;
 	loss_cancel_sent = false;
-	pthread_mutex_unlock(&shared_mutex);
+	pthread_mutex_unlock(&zks_mutex);
 	return sent;
 }
 
 static void *
 watchdog_main(void *arg)
 {
-	pthread_mutex_lock(&shared_mutex);
+	pthread_mutex_lock(&zks_mutex);
 	while (!watchdog_stop)
 	{
 		if (lost_locked())
@@ -973,9 +620,9 @@ watchdog_main(void *arg)
 					loss_cancel_sent = true;
 					kill(getpid(), SIGINT);
 				}
-				wake_backend();
+				zks_wake_backend();
 			}
-			pthread_cond_wait(&watchdog_cond, &shared_mutex);
+			pthread_cond_wait(&watchdog_cond, &zks_mutex);
 		}
 		else if (ever_connected && conn_state != ZOO_CONNECTED_STATE)
 		{
@@ -989,12 +636,12 @@ watchdog_main(void *arg)
 				until.tv_sec++;
 				until.tv_nsec -= 1000000000;
 			}
-			pthread_cond_timedwait(&watchdog_cond, &shared_mutex, &until);
+			pthread_cond_timedwait(&watchdog_cond, &zks_mutex, &until);
 		}
 		else
-			pthread_cond_wait(&watchdog_cond, &shared_mutex);
+			pthread_cond_wait(&watchdog_cond, &zks_mutex);
 	}
-	pthread_mutex_unlock(&shared_mutex);
+	pthread_mutex_unlock(&zks_mutex);
 	return NULL;
 }
 
@@ -1011,9 +658,9 @@ zks_await(ZkRequest *req, TimestampTz deadline)
 		bool		done;
 		long		timeout;
 
-		pthread_mutex_lock(&shared_mutex);
+		pthread_mutex_lock(&zks_mutex);
 		done = req->done;
-		pthread_mutex_unlock(&shared_mutex);
+		pthread_mutex_unlock(&zks_mutex);
 		if (done)
 			return true;
 		timeout = ms_until(deadline);
@@ -1028,9 +675,9 @@ zks_watch_generation(void)
 {
 	uint64		generation;
 
-	pthread_mutex_lock(&shared_mutex);
+	pthread_mutex_lock(&zks_mutex);
 	generation = watch_generation;
-	pthread_mutex_unlock(&shared_mutex);
+	pthread_mutex_unlock(&zks_mutex);
 	return generation;
 }
 
@@ -1069,9 +716,9 @@ zks_await_connected(TimestampTz deadline)
 		long		timeout;
 
 		check_session_alive();
-		pthread_mutex_lock(&shared_mutex);
+		pthread_mutex_lock(&zks_mutex);
 		connected = (conn_state == ZOO_CONNECTED_STATE);
-		pthread_mutex_unlock(&shared_mutex);
+		pthread_mutex_unlock(&zks_mutex);
 		if (connected)
 			return true;
 		timeout = ms_until(deadline);
@@ -1093,19 +740,17 @@ zks_settle(int timeout_ms)
 {
 	TimestampTz deadline;
 
-	if (zh == NULL)
+	if (zks_zh == NULL)
 		return;
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	for (;;)
 	{
-		bool		busy = false;
-		JanitorTask *task;
+		bool		busy;
 		long		timeout;
 
-		pthread_mutex_lock(&shared_mutex);
-		for (task = janitor_tasks; task; task = task->next)
-			busy |= task->in_flight;
-		pthread_mutex_unlock(&shared_mutex);
+		pthread_mutex_lock(&zks_mutex);
+		busy = janitor_busy_locked();
+		pthread_mutex_unlock(&zks_mutex);
 		timeout = ms_until(deadline);
 		if (!busy || timeout == 0)
 			return;
@@ -1137,7 +782,7 @@ authenticate(void)
 	creator_acl_entries[1].id = ZOO_ANYONE_ID_UNSAFE;
 	node_acl.data = creator_acl_entries;
 	node_acl.count = opened_world_readable ? 2 : 1;
-	if (zoo_add_auth(zh, "digest", opened_auth, strlen(opened_auth),
+	if (zoo_add_auth(zks_zh, "digest", opened_auth, strlen(opened_auth),
 					 auth_done, NULL) != ZOK)
 	{
 		zks_close();
@@ -1191,14 +836,14 @@ prepare_backend_resources(void)
 bool
 zks_is_open(void)
 {
-	return zh != NULL;
+	return zks_zh != NULL;
 }
 
 /* Would opening a session now use other settings than the open one? */
 bool
 zks_settings_changed(void)
 {
-	return zh != NULL &&
+	return zks_zh != NULL &&
 		(strcmp(opened_hosts, zklock_hosts ? zklock_hosts : "") != 0 ||
 		 strcmp(opened_auth, zklock_auth ? zklock_auth : "") != 0 ||
 		 opened_world_readable != zklock_world_readable ||
@@ -1215,7 +860,7 @@ zks_session_id(void)
 void
 zks_session_password(char passwd[16])
 {
-	memcpy(passwd, zoo_client_id(zh)->passwd, 16);
+	memcpy(passwd, zoo_client_id(zks_zh)->passwd, 16);
 }
 
 /*
@@ -1236,7 +881,7 @@ zks_open(void)
 
 	prepare_backend_resources();
 
-	if (zh == NULL)
+	if (zks_zh == NULL)
 	{
 		sigset_t	all_signals;
 		sigset_t	saved_signals;
@@ -1244,7 +889,7 @@ zks_open(void)
 
 		zoo_set_debug_level((ZooLogLevel) zklock_client_log_level);
 
-		pthread_mutex_lock(&shared_mutex);
+		pthread_mutex_lock(&zks_mutex);
 		conn_state = 0;
 		session_expired = false;
 		auth_failed = false;
@@ -1252,19 +897,19 @@ zks_open(void)
 		loss_acted_on = false;
 		declared_lost = false;
 		loss_cancel_sent = false;
-		pthread_mutex_unlock(&shared_mutex);
+		pthread_mutex_unlock(&zks_mutex);
 
 		/* Threads inherit this mask: keep our signals off them. */
 		sigfillset(&all_signals);
 		pthread_sigmask(SIG_SETMASK, &all_signals, &saved_signals);
-		zh = zookeeper_init2(hosts, session_watcher, zklock_session_timeout,
+		zks_zh = zookeeper_init2(hosts, session_watcher, zklock_session_timeout,
 							 NULL, NULL, 0, client_log);
-		if (zh != NULL)
+		if (zks_zh != NULL)
 			watchdog_running = (pthread_create(&watchdog_thread, NULL,
 											   watchdog_main, NULL) == 0);
 		pthread_sigmask(SIG_SETMASK, &saved_signals, NULL);
 
-		if (zh == NULL || !watchdog_running)
+		if (zks_zh == NULL || !watchdog_running)
 		{
 			int			save_errno = errno;
 
@@ -1306,7 +951,7 @@ zks_open(void)
 						hosts, zklock_connect_timeout),
 				 errhint("Check that the ensemble is running and reachable, or raise zklock.connect_timeout.")));
 	}
-	session_id = zoo_client_id(zh)->client_id;
+	session_id = zoo_client_id(zks_zh)->client_id;
 }
 
 /*
@@ -1316,24 +961,24 @@ zks_open(void)
 void
 zks_close(void)
 {
-	zhandle_t  *handle = zh;
+	zhandle_t  *handle = zks_zh;
 
 	if (watchdog_running)
 	{
-		pthread_mutex_lock(&shared_mutex);
+		pthread_mutex_lock(&zks_mutex);
 		watchdog_stop = true;
 		pthread_cond_signal(&watchdog_cond);
-		pthread_mutex_unlock(&shared_mutex);
+		pthread_mutex_unlock(&zks_mutex);
 		pthread_join(watchdog_thread, NULL);
 		watchdog_stop = false;
 		watchdog_running = false;
 	}
 	if (handle == NULL)
 		return;
-	pthread_mutex_lock(&shared_mutex);
-	zh = NULL;
+	pthread_mutex_lock(&zks_mutex);
+	zks_zh = NULL;
 	janitor_clear_locked();
-	pthread_mutex_unlock(&shared_mutex);
+	pthread_mutex_unlock(&zks_mutex);
 	zookeeper_close(handle);
 	session_id = 0;
 }

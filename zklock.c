@@ -16,7 +16,8 @@
  *	  zk_observe.c	SQL functions that show locks, queues and the session
  *	  zk_holds.c	the backend's table of held locks, transaction callbacks
  *	  zk_recipe.c	the ZooKeeper lock recipe
- *	  zk_session.c	the ZooKeeper session, its threads, waiting, the janitor
+ *	  zk_session.c	the ZooKeeper session, its threads, waiting, loss watchdog
+ *	  zk_janitor.c	deleting the nodes given up, across reconnects
  *	  zk_names.c	lock names to znode names, contender node parsing
  *
  * Rules that hold throughout:

@@ -41,19 +41,39 @@ ZkTest::zkinspect('create', "$root/fake/_c_0f0e0d0c-0b0a-4909-8807-060504030202-
 ($out) = run_sql($s, "SELECT client FROM zk_lock_contenders('fake')");
 is($out, 'curator', 'near-miss identity data is not taken for zklock\'s');
 
-# The parent is deleted, with every contender in it, while one waits.
+# Another client deletes a waiting contender's node, and then the holder's
+# and the whole parent, while it waits.  (The waiter's node goes first: were
+# the holder's to go first, the waiter would rightly be granted.)
 my $w = zk_session($node);
-run_sql($s, "SELECT zk_lock('vanishing')");
-send_query($w, "SELECT zk_lock('vanishing');");
-ok(wait_for_zk_wait($node, $w->{zk_pid}), 'a waiter queues');
-ZkTest::zkinspect('delete', "$root/vanishing");
-ok(await_output($w, qr/ERROR:  zklock lock node ".*" disappeared while waiting/),
-	'the waiter gets a clear error when its node is deleted under it');
-($out, $err) = run_sql($w, "SELECT zk_try_lock('vanishing'), zk_unlock('vanishing')");
-is($out, 't|t', 'and the lock works again afterwards');
-($out, $err) = run_sql($s, "SELECT zk_unlock('vanishing')");
-is($out, 't', 'the holder whose node was deleted still unlocks cleanly');
-is($err, '', 'without an error');
+for my $parent_goes (0, 1)
+{
+	my $what = $parent_goes ? 'with the parent' : 'alone';
+	run_sql($s, "SELECT zk_lock('vanishing')");
+	send_query($w, "SELECT zk_lock('vanishing');");
+	ok(wait_for_zk_wait($node, $w->{zk_pid}), "$what: a waiter queues");
+	ok(zk_wait_contenders("$root/vanishing", 2), "$what: behind the holder");
+	my ($holder, $waiter) = zk_contenders("$root/vanishing");
+	ZkTest::zkinspect('delete', "$root/vanishing/$waiter");
+	if ($parent_goes)
+	{
+		ZkTest::zkinspect('delete', "$root/vanishing/$holder");
+		ZkTest::zkinspect('delete', "$root/vanishing");
+	}
+	else
+	{
+		run_sql($s, "SELECT zk_unlock('vanishing')");
+	}
+	ok(await_output($w, qr/ERROR:  zklock lock node ".*" disappeared while waiting/),
+		"$what: the waiter gets a clear error when its node is deleted under it");
+	($out, $err) = run_sql($w, "SELECT zk_try_lock('vanishing'), zk_unlock('vanishing')");
+	is($out, 't|t', "$what: the lock works again afterwards");
+	if ($parent_goes)
+	{
+		($out, $err) = run_sql($s, "SELECT zk_unlock('vanishing')");
+		is($out, 't', 'the holder whose node was deleted still unlocks cleanly');
+		is($err, '', 'without an error');
+	}
+}
 
 for my $path ('garbage', 'binary', 'fake')
 {

@@ -113,8 +113,8 @@ sub zk_contenders
 {
 	my ($path) = @_;
 	my @c = grep { /(-lock-|__lock__)-?\d+$/ } zk_children($path);
-	my @sorted =
-	  sort { ($a =~ /(-?\d{9,10})$/)[0] <=> ($b =~ /(-?\d{9,10})$/)[0] } @c;
+	# The sequence is the last ten characters, "%010d" of a signed int.
+	my @sorted = sort { substr($a, -10) <=> substr($b, -10) } @c;
 	return @sorted;
 }
 
