@@ -107,6 +107,8 @@ static int64 session_id = 0;
  * failed reconnect, many times a second, so let a few lines through per
  * interval and count the rest.
  */
+#define HOST_RESOLUTION_DELAY_MS	60000
+
 #define CLIENT_LOG_INTERVAL_SEC	10
 #define CLIENT_LOG_LINES		5
 
@@ -903,7 +905,16 @@ zks_open(void)
 		sigfillset(&all_signals);
 		pthread_sigmask(SIG_SETMASK, &all_signals, &saved_signals);
 		zks_zh = zookeeper_init2(hosts, session_watcher, zklock_session_timeout,
-							 NULL, NULL, 0, client_log);
+								 NULL, NULL, 0, client_log);
+
+		/*
+		 * By default the library resolves the host names again on every turn
+		 * of its I/O loop, which costs more CPU than the lock itself.  Once a
+		 * minute is plenty; it still resolves at once after a connection
+		 * loss.
+		 */
+		if (zks_zh != NULL)
+			zoo_set_servers_resolution_delay(zks_zh, HOST_RESOLUTION_DELAY_MS);
 		if (zks_zh != NULL)
 			watchdog_running = (pthread_create(&watchdog_thread, NULL,
 											   watchdog_main, NULL) == 0);
