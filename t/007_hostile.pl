@@ -75,6 +75,18 @@ for my $parent_goes (0, 1)
 	}
 }
 
+# In a SQL_ASCII database a name may hold bytes that are not UTF-8 at all;
+# they are percent-encoded like any other.
+$node->safe_psql('postgres',
+	"CREATE DATABASE ascii ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0");
+$node->safe_psql('ascii', 'CREATE EXTENSION zklock');
+is($node->safe_psql('ascii',
+		"SELECT zk_try_lock(convert_from('\\xff2fc0'::bytea, 'SQL_ASCII')) "
+		  . "AND zk_unlock(convert_from('\\xff2fc0'::bytea, 'SQL_ASCII'))"),
+	't', 'a name with invalid UTF-8 bytes locks in a SQL_ASCII database');
+ok((grep { $_ eq '%FF%2F%C0' } ZkTest::zk_children($root)),
+	'under one percent-encoded node directly below the root');
+
 for my $path ('garbage', 'binary', 'fake')
 {
 	ZkTest::zkinspect('delete', "$root/$path");
