@@ -1,0 +1,1194 @@
+#!/usr/bin/python3
+"""The zklock benchmark's measurements; bench/run sets the stage and calls this.
+
+Runs as the unprivileged user, against the ensemble and the cluster that
+bench/run started, and prints the results table plus one machine-readable
+"BENCH name=..." line per figure.  Everything is configured by the
+environment bench/run passes:
+
+  BENCH_WORK      work directory (scratch files go to BENCH_WORK/scratch)
+  BENCH_SRC       directory holding this script's siblings (mntr, the peers)
+  BENCH_ZKFLOOR   the compiled bench/zkfloor
+  BENCH_CLASSPATH Curator's classpath (test/curator-classpath.txt)
+  ZK_HOSTS        connect string of the ensemble; ZK_PORTS its client ports
+  PGHOST, PGPORT, PGDATABASE, PGUSER   the cluster, with zklock created
+  BENCH_QUICK     1: tiny smoke-test sizes
+  BENCH_R, BENCH_N, BENCH_CONTENTION_SECONDS   override repeats, cycles
+                  per measurement, seconds per contention run
+  BENCH_RESULTS   file to write the table and BENCH lines to
+  BENCH_STRICT    1: exit 1 if a goal is missed (default: only failed
+                  measurements and failed correctness checks exit 1)
+
+Each repeated figure is measured R times, round-robin (repeat 1 of every
+figure, then repeat 2, ...), so drift of the machine hits every figure
+alike; the table shows the median of the R per-repeat values.
+"""
+
+import glob
+import os
+import re
+import select
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+PGBIN = "/usr/lib/postgresql/15/bin"
+PSQL = os.path.join(PGBIN, "psql")
+PGBENCH = os.path.join(PGBIN, "pgbench")
+
+WORK = os.environ["BENCH_WORK"]
+SRC = os.environ["BENCH_SRC"]
+ZKFLOOR = os.environ["BENCH_ZKFLOOR"]
+CLASSPATH = os.environ["BENCH_CLASSPATH"]
+ZK_HOSTS = os.environ["ZK_HOSTS"]
+ZK_PORTS = [int(p) for p in os.environ["ZK_PORTS"].split(",")]
+MNTR = os.path.join(SRC, "mntr")
+SCRATCH = os.path.join(WORK, "scratch")
+QUICK = os.environ.get("BENCH_QUICK", "0") not in ("", "0", "no")
+STRICT = os.environ.get("BENCH_STRICT", "0") not in ("", "0", "no")
+RESULTS = os.environ.get("BENCH_RESULTS", "")
+
+
+def env_int(name, default):
+    v = os.environ.get(name, "")
+    return int(v) if v else default
+
+
+# Sizes.  Full: about 10-12 minutes on 2 cores; quick: well under a minute.
+if QUICK:
+    R = env_int("BENCH_R", 1)
+    N = env_int("BENCH_N", 20)
+    WARMUP = 10
+    N_REENTRANT = 50
+    N_FIRST = 10
+    CONTENTION = [2, 4]
+    CONTENTION_S = env_int("BENCH_CONTENTION_SECONDS", 1)
+    FIFO_WAITERS = 5
+    RSS_SAMPLES = 1
+    LEAK_WARM, LEAK_CYCLES, LEAK_CHUNKS = 100, 500, 2
+    CURATOR_JVM_WARMUP = 100
+else:
+    R = env_int("BENCH_R", 5)
+    N = env_int("BENCH_N", 500)
+    WARMUP = 20
+    N_REENTRANT = 2000
+    N_FIRST = 200
+    CONTENTION = [2, 10, 50]
+    CONTENTION_S = env_int("BENCH_CONTENTION_SECONDS", 5)
+    FIFO_WAITERS = 200
+    RSS_SAMPLES = 5
+    LEAK_WARM, LEAK_CYCLES, LEAK_CHUNKS = 2000, 100000, 10
+    CURATOR_JVM_WARMUP = 2000
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+T0 = time.monotonic()
+
+
+class BenchError(Exception):
+    pass
+
+
+# The ZooKeeper server every client of the current repeat connects to (a
+# connect string of one server), or None for the whole ensemble.  A client
+# on the leader commits a write one hop sooner than a client on a follower,
+# so a ratio between two clients on different servers measures the draw,
+# not the clients: each repeat pins both sides of every comparison to one
+# server, and the repeats take the servers in turn.
+PIN = None
+
+
+def zk_hosts():
+    return PIN or ZK_HOSTS
+
+
+def pg_env(**extra):
+    """Environment for psql/pgbench: zklock.hosts pinned like the rest."""
+    env = dict(os.environ, **extra)
+    if PIN:
+        env["PGOPTIONS"] = "-c zklock.hosts=" + PIN
+    return env
+
+
+def log(msg):
+    print("[%6.1fs] %s" % (time.monotonic() - T0, msg), flush=True)
+
+
+def run(cmd, timeout=600, **kw):
+    """Run cmd, return stdout; raise BenchError with its output on failure."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+    except subprocess.TimeoutExpired as e:
+        raise BenchError("%s: timed out after %ss" % (cmd[0], timeout)) from e
+    if p.returncode != 0:
+        raise BenchError("%s failed (exit %d):\n%s%s" % (" ".join(cmd), p.returncode,
+                                                         p.stdout[-2000:], p.stderr[-2000:]))
+    return p.stdout
+
+
+def scratch(name):
+    return os.path.join(SCRATCH, name)
+
+
+def write_file(name, text):
+    path = scratch(name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def kv(line):
+    """'TAG a=1 b=x' -> {'a': '1', 'b': 'x'}"""
+    return dict(w.split("=", 1) for w in line.split()[1:] if "=" in w)
+
+
+# ---------------------------------------------------------------- ZooKeeper
+
+def mntr():
+    """{port: {key: value}} for every server, read through bash /dev/tcp."""
+    out = run([MNTR] + [str(p) for p in ZK_PORTS], timeout=30)
+    res = {p: {} for p in ZK_PORTS}
+    for line in out.splitlines():
+        parts = line.split(None, 2)
+        if len(parts) < 3:
+            continue
+        try:
+            res[int(parts[0])][parts[1]] = float(parts[2])
+        except ValueError:
+            res[int(parts[0])][parts[1]] = parts[2]
+    return res
+
+
+def mntr_delta(before, after, key):
+    return sum(after[p][key] - before[p][key] for p in ZK_PORTS)
+
+
+def four_letter(port, word):
+    return run(["bash", "-c",
+                'exec 3<>"/dev/tcp/127.0.0.1/$1" && printf %s "$2" >&3 && timeout 5 cat <&3',
+                "_", str(port), word], timeout=30)
+
+
+def session_counters(server, session_id):
+    """(lcxid, recved) of one session from the 'cons' word of its server.
+
+    lcxid is the xid of the last request the session sent; pings carry a
+    negative xid and leave it alone, so its change counts real requests."""
+    port = int(server.rsplit(":", 1)[1])
+    sid = int(session_id, 16)
+    for line in four_letter(port, "cons").splitlines():
+        m = re.search(r"sid=0x([0-9a-f]+)", line)
+        if m and int(m.group(1), 16) == sid:
+            lcxid = re.search(r"lcxid=0x([0-9a-f]+)", line)
+            recved = re.search(r"recved=(\d+)", line)
+            return (int(lcxid.group(1), 16) if lcxid else 0,
+                    int(recved.group(1)) if recved else 0)
+    raise BenchError("session %s not found in 'cons' of %s" % (session_id, server))
+
+
+# --------------------------------------------------------------- PostgreSQL
+
+class Psql(object):
+    """One psql session driven through a pipe: one backend, one ZK session."""
+    MARK = "__ZKBENCH_DONE__"
+
+    def __init__(self, app="zkbench"):
+        env = pg_env(PGAPPNAME=app)
+        self.p = subprocess.Popen(
+            [PSQL, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, env=env)
+        self.buf = b""
+        self.pid = int(self.query("SELECT pg_backend_pid()")[0])
+
+    def run(self, text, timeout=900):
+        """Send text (SQL and meta-commands); return its output lines."""
+        self.p.stdin.write((text.rstrip("\n") + "\n\\echo " + self.MARK + "\n").encode())
+        self.p.stdin.flush()
+        deadline = time.monotonic() + timeout
+        lines = []
+        while True:
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                line = line.decode(errors="replace")
+                if line == self.MARK:
+                    return lines
+                lines.append(line)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BenchError("psql: no answer within %ss to %r" % (timeout, text[:200]))
+            r, _, _ = select.select([self.p.stdout], [], [], left)
+            if r:
+                chunk = os.read(self.p.stdout.fileno(), 65536)
+                if not chunk:
+                    raise BenchError("psql exited (%s) running %r:\n%s" % (
+                        self.p.wait(), text[:200], "\n".join(lines[-20:]) + self.buf.decode()))
+                self.buf += chunk
+
+    def query(self, sql, timeout=900):
+        return [l for l in self.run(sql.rstrip().rstrip(";") + ";", timeout) if l != ""]
+
+    def value(self, sql):
+        rows = self.query(sql)
+        if len(rows) != 1:
+            raise BenchError("expected one row from %r, got %r" % (sql, rows))
+        return rows[0]
+
+    def close(self):
+        if self.p.poll() is None:
+            try:
+                self.p.stdin.close()
+            except BrokenPipeError:
+                pass
+            try:
+                self.p.wait(30)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+
+
+def psql_one(sql):
+    return run([PSQL, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql]).strip()
+
+
+def proc_status(pid):
+    vals = {}
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("VmRSS", "RssAnon", "RssFile", "RssShmem"):
+                vals[k] = int(v.split()[0])      # kB
+    return vals
+
+
+def proc_cpu_ticks(pid):
+    """utime+stime of the whole process (all threads) from /proc/PID/stat."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])      # fields 14 and 15
+
+
+def proc_cpu_ns(pid):
+    """CPU time, ns, from /proc/PID/task/*/schedstat: (main thread, the
+    other live threads, i.e. the ZooKeeper client library's)."""
+    main = others = 0
+    for path in glob.glob("/proc/%d/task/*/schedstat" % pid):
+        try:
+            with open(path) as f:
+                ns = int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if path == "/proc/%d/task/%d/schedstat" % (pid, pid):
+            main += ns
+        else:
+            others += ns
+    return main, others
+
+
+def cycle_file(name, statements, count):
+    """A file repeating statements count times, for psql's \\i."""
+    return write_file(name, ("\n".join(statements) + "\n") * count)
+
+
+# ------------------------------------------------------------------ pgbench
+
+def pgbench(script, extra, tag, timeout=900):
+    """Run pgbench with per-transaction logging; return the sorted
+    transaction end times in seconds, and the number of failed ones."""
+    prefix = scratch("pgb-" + tag)
+    for f in glob.glob(prefix + ".*"):
+        os.unlink(f)
+    out = run([PGBENCH, "-n", "-f", script, "-l", "--log-prefix=" + prefix] + extra,
+              timeout=timeout, cwd=SCRATCH, env=pg_env())
+    m = re.search(r"number of failed transactions: (\d+)", out)
+    failed = int(m.group(1)) if m else 0
+    ends = []
+    for f in glob.glob(prefix + ".*"):
+        with open(f) as fh:
+            for line in fh:
+                w = line.split()
+                # client_id transaction_no time script_no time_epoch time_us
+                ends.append(int(w[4]) + int(w[5]) / 1e6)
+        os.unlink(f)
+    ends.sort()
+    if failed:
+        raise BenchError("pgbench %s: %d failed transactions:\n%s" % (tag, failed, out))
+    return ends
+
+
+def pgbench_period_ms(script, n, warmup, tag, extra=()):
+    """One client, warmup+n transactions: mean time per transaction of the
+    last n, from the transaction end times (so it includes everything
+    between two transactions, like a loop's wall time / n)."""
+    ends = pgbench(script, ["-c", "1", "-t", str(warmup + n)] + list(extra), tag)
+    if len(ends) != warmup + n:
+        raise BenchError("pgbench %s: %d transactions logged, expected %d"
+                         % (tag, len(ends), warmup + n))
+    return (ends[-1] - ends[warmup - 1]) * 1e3 / n
+
+
+# ------------------------------------------------------------------ results
+
+class Results(object):
+    def __init__(self):
+        self.values = {}          # name -> list of per-repeat values
+        self.notes = {}           # name -> extra text
+        self.failures = []        # correctness failures
+        self.retries = []         # measurements that failed once and were run again
+        self.servers = []         # server (and its role) of each repeat
+
+    def add(self, name, value):
+        self.values.setdefault(name, []).append(value)
+
+    def median(self, name):
+        v = self.values.get(name)
+        return statistics.median(v) if v else None
+
+    def fail(self, msg):
+        log("FAILED CHECK: " + msg)
+        self.failures.append(msg)
+
+
+RES = Results()
+
+
+# ============================================================= measurements
+
+def library_digest():
+    """sha256 of the installed zklock.so (another make install during the
+    run would mix builds in the figures)."""
+    import hashlib
+    libdir = run([os.path.join(PGBIN, "pg_config"), "--pkglibdir"]).strip()
+    with open(os.path.join(libdir, "zklock.so"), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def zk_log_warnings():
+    """Slow fsyncs and other stalls the servers logged (their logs go away
+    with the work directory)."""
+    fsyncs = []
+    other = {}
+    for path in sorted(glob.glob(os.path.join(WORK, "zk", "zk*", "server.log"))):
+        with open(path, errors="replace") as f:
+            for line in f:
+                m = re.search(r"fsync-ing the write ahead log in \S+ took (\d+)ms", line)
+                if m:
+                    fsyncs.append(int(m.group(1)))
+                    continue
+                for pat in ("Too many connections", "Exception causing close of session",
+                            "shutting down", "LOOKING"):
+                    if pat in line and (" WARN " in line or " ERROR " in line):
+                        other[pat] = other.get(pat, 0) + 1
+    RES.fsyncs = fsyncs
+    RES.zk_other_warnings = other
+    try:
+        m = mntr()
+        RES.fsync_mntr = " ".join(
+            "%d:%s" % (p, ",".join("%s=%s" % (k[3:], fmt(v, 1)) for k, v in sorted(m[p].items())
+                                  if "fsync" in k and not isinstance(v, str)))
+            for p in ZK_PORTS)
+    except BenchError:
+        RES.fsync_mntr = "unavailable"
+
+
+def calibrate_mntr():
+    """mntr's own connection counts as a packet received: measure it."""
+    a = mntr()
+    b = mntr()
+    per_read = {p: b[p]["zk_packets_received"] - a[p]["zk_packets_received"] for p in ZK_PORTS}
+    RES.mntr_self = sum(per_read.values())
+    log("each mntr read counts as %s packet(s) received per server (%s)"
+        % (sorted(set(per_read.values())), per_read))
+
+
+def calibrate_watch_counters():
+    """What the watch counters count (run last: its 3-watcher deletes
+    would otherwise show in the lifetime max the contention runs check)."""
+    log("== watch counter calibration")
+    out = run(["/usr/bin/python3", os.path.join(SRC, "watch_counters.py"), MNTR,
+               ",".join(str(p) for p in ZK_PORTS), "/zkbench/watchcal"], timeout=120)
+    RES.watchcal = [l for l in out.splitlines() if l.startswith("WATCHCAL")]
+    for l in RES.watchcal:
+        log(l)
+        if "ok=1" not in l:
+            RES.fail("watch counter calibration: " + l)
+
+
+def floor(mode):
+    out = run([ZKFLOOR, zk_hosts(), mode, str(N), "1", str(WARMUP), "/zkbench/floor-" + mode])
+    line = [l for l in out.splitlines() if l.startswith("FLOOR")][0]
+    return float(kv(line)["mean_ms"]), float(kv(line)["cpu_us"])
+
+
+class Peer(object):
+    def __init__(self, name, cmd):
+        self.name = name
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=open(scratch(name + ".err"), "w"), text=True,
+                                  bufsize=1, cwd=SCRATCH)
+        line = self.p.stdout.readline().strip()
+        if line != "ready":
+            raise BenchError("%s peer did not start: %r\n%s" % (
+                name, line, open(scratch(name + ".err")).read()[-2000:]))
+
+    def cycle_ms(self, n, warmup):
+        self.p.stdin.write("run %d %d %s\n" % (n, warmup, zk_hosts()))
+        self.p.stdin.flush()
+        line = self.p.stdout.readline().strip()
+        if not line.startswith("PEER"):
+            raise BenchError("%s peer failed: %r\n%s" % (
+                self.name, line, open(scratch(self.name + ".err")).read()[-2000:]))
+        return float(kv(line)["mean_ms"])
+
+    def close(self):
+        if self.p.poll() is None:
+            try:
+                self.p.stdin.write("quit\n")
+                self.p.stdin.close()
+            except BrokenPipeError:
+                pass
+            try:
+                self.p.wait(30)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+
+
+def reentrant(rep):
+    """A holder re-acquires N times: time per call, and ZooKeeper requests."""
+    lock_f = cycle_file("reent-lock.sql", ["SELECT zk_lock('r');"], N_REENTRANT)
+    unlock_f = cycle_file("reent-unlock.sql", ["SELECT zk_unlock('r');"], N_REENTRANT)
+    s = Psql("zkbench-reentrant")
+    try:
+        s.query("SELECT zk_lock('r')")
+        st = s.query("SELECT server, session_id, acquisitions, waits FROM zk_status()")[0].split("|")
+        server, sid, acq0, waits0 = st[0], st[1], int(st[2]), int(st[3])
+        if PIN and server != PIN:
+            RES.fail("zklock.hosts pinning did not take: session on %s, expected %s"
+                     % (server, PIN))
+        c0 = session_counters(server, sid)
+        m0 = mntr()
+        w0 = time.monotonic()
+        out = s.run("SELECT extract(epoch FROM clock_timestamp());\n\\o /dev/null\n\\i %s\n\\o\n"
+                    "SELECT extract(epoch FROM clock_timestamp());\n\\o /dev/null\n\\i %s\n\\o\n"
+                    "SELECT extract(epoch FROM clock_timestamp());" % (lock_f, unlock_f))
+        window = time.monotonic() - w0
+        m1 = mntr()
+        c1 = session_counters(server, sid)
+        ts = [float(x) for x in out if x.strip()]
+        st = s.query("SELECT acquisitions, waits, locks_held FROM zk_status()")[0].split("|")
+        acq1, waits1 = int(st[0]), int(st[1])
+        holds = s.value("SELECT holds FROM zk_locks WHERE name = 'r'")
+        # The same window with the session idle: pings only.
+        m2 = mntr()
+        time.sleep(window)
+        m3 = mntr()
+        if s.value("SELECT zk_unlock('r')") != "t":
+            RES.fail("re-entrant: final zk_unlock did not return true")
+        if s.query("SELECT * FROM zk_locks"):
+            RES.fail("re-entrant: locks left after the unlocks")
+    finally:
+        s.close()
+    # The same statements with advisory locks, which stack the same way.
+    adv_lock_f = cycle_file("reent-adv-lock.sql", ["SELECT pg_advisory_lock(9);"], N_REENTRANT)
+    adv_unlock_f = cycle_file("reent-adv-unlock.sql", ["SELECT pg_advisory_unlock(9);"],
+                              N_REENTRANT)
+    s = Psql("zkbench-reentrant-adv")
+    try:
+        s.query("SELECT pg_advisory_lock(9)")
+        out = s.run("SELECT extract(epoch FROM clock_timestamp());\n\\o /dev/null\n\\i %s\n\\o\n"
+                    "SELECT extract(epoch FROM clock_timestamp());\n\\o /dev/null\n\\i %s\n\\o\n"
+                    "SELECT extract(epoch FROM clock_timestamp());" % (adv_lock_f, adv_unlock_f))
+        adv = [float(x) for x in out if x.strip()]
+    finally:
+        s.close()
+    RES.add("reentrant_adv_lock_us", (adv[1] - adv[0]) * 1e6 / N_REENTRANT)
+    RES.add("reentrant_adv_unlock_us", (adv[2] - adv[1]) * 1e6 / N_REENTRANT)
+    lock_us = (ts[1] - ts[0]) * 1e6 / N_REENTRANT
+    unlock_us = (ts[2] - ts[1]) * 1e6 / N_REENTRANT
+    packets = mntr_delta(m0, m1, "zk_packets_received") - RES.mntr_self
+    idle = mntr_delta(m2, m3, "zk_packets_received") - RES.mntr_self
+    RES.add("reentrant_lock_us", lock_us)
+    RES.add("reentrant_unlock_us", unlock_us)
+    RES.add("reentrant_session_requests", c1[0] - c0[0])
+    RES.add("reentrant_session_packets", c1[1] - c0[1])
+    RES.add("reentrant_ensemble_packets", packets)
+    RES.add("reentrant_idle_packets", idle)
+    RES.add("reentrant_acquisitions", acq1 - acq0)
+    RES.add("reentrant_waits", waits1 - waits0)
+    if acq1 - acq0 != N_REENTRANT:
+        RES.fail("re-entrant: zk_status acquisitions grew by %d, expected %d"
+                 % (acq1 - acq0, N_REENTRANT))
+    if holds != "1":
+        RES.fail("re-entrant: %s holds after N locks and N unlocks, expected 1" % holds)
+    return lock_us
+
+
+def cpu_cycles(kind, n, warmup):
+    """Backend CPU per cycle over n cycles in one fresh backend."""
+    stmts = {"zk": ["SELECT zk_lock('cpu');", "SELECT zk_unlock('cpu');"],
+             "adv": ["SELECT pg_advisory_lock(1);", "SELECT pg_advisory_unlock(1);"]}[kind]
+    warm_f = cycle_file("cpu-warm-%s.sql" % kind, stmts, warmup)
+    main_f = cycle_file("cpu-main-%s.sql" % kind, stmts, n)
+    s = Psql("zkbench-cpu")
+    try:
+        s.run("\\o /dev/null\n\\i %s\n\\o" % warm_f)
+        t0, c0 = proc_cpu_ticks(s.pid), proc_cpu_ns(s.pid)
+        w0 = time.monotonic()
+        s.run("\\o /dev/null\n\\i %s\n\\o" % main_f)
+        wall = time.monotonic() - w0
+        t1, c1 = proc_cpu_ticks(s.pid), proc_cpu_ns(s.pid)
+    finally:
+        s.close()
+    return ((t1 - t0) * 1e6 / CLK_TCK / n, (sum(c1) - sum(c0)) / 1e3 / n,
+            (c1[0] - c0[0]) / 1e3 / n, (c1[1] - c0[1]) / 1e3 / n)
+
+
+def contention(k, rep):
+    """k backends cycling zk_lock/zk_unlock on one lock for CONTENTION_S s."""
+    before = mntr()
+    ends = pgbench(SQL["contend"], ["-c", str(k), "-j", "2", "-T", str(CONTENTION_S)],
+                   "contend%d" % k, timeout=CONTENTION_S + 300)
+    after = mntr()
+    total = len(ends)
+    if total < 10:
+        raise BenchError("contention %d: only %d cycles" % (k, total))
+    # Leave out the start (connections, first sessions) from the rate.
+    skip = min(max(k, total // 10), total // 2)
+    window = ends[-1] - ends[skip]
+    rate = (total - 1 - skip) / window
+    fired = mntr_delta(before, after, "zk_sum_node_deleted_watch_count")
+    events = mntr_delta(before, after, "zk_cnt_node_deleted_watch_count")
+    children = mntr_delta(before, after, "zk_sum_node_children_watch_count")
+    changed = mntr_delta(before, after, "zk_sum_node_changed_watch_count")
+    created = mntr_delta(before, after, "zk_sum_node_created_watch_count")
+    maxper = max(after[p]["zk_max_node_deleted_watch_count"] for p in ZK_PORTS)
+    RES.add("contention_c%d_cycles_per_s" % k, rate)
+    RES.add("contention_c%d_period_ms" % k, 1e3 / rate)
+    RES.add("contention_c%d_watchers_per_release" % k, fired / total)
+    RES.add("contention_c%d_watch_events_per_release" % k, events / total)
+    RES.add("contention_c%d_other_watchers" % k, children + changed + created)
+    RES.add("contention_c%d_max_watchers_one_delete" % k, maxper)
+    return rate
+
+
+def first_lock(kind):
+    ends = pgbench(SQL["first_" + kind], ["-C", "-c", "1", "-t", str(N_FIRST + 1)],
+                   "first" + kind)
+    return (ends[-1] - ends[0]) * 1e3 / N_FIRST
+
+
+def attempt(what, fn, *args):
+    """Run one measurement; if it fails (a ZooKeeper stall makes clients
+    time out, see zk_log_warnings), note it and try once more."""
+    try:
+        return fn(*args)
+    except BenchError as e:
+        first = str(e).strip().splitlines()
+        log("%s failed, trying again: %s" % (what, " / ".join(first[-3:])))
+        RES.retries.append("%s: %s" % (what, " / ".join(first[-3:])))
+        return fn(*args)
+
+
+def repeat(rep, kazoo, curator):
+    """One repeat of every repeated figure.  Each zklock figure runs right
+    after the floor it is compared with, and the per-repeat ratio is kept,
+    so a slow phase of the machine hits both sides of a ratio alike."""
+    global PIN
+    port = ZK_PORTS[(rep - 1) % len(ZK_PORTS)]
+    PIN = "127.0.0.1:%d" % port
+    role = mntr()[port].get("zk_server_state", "?")
+    RES.servers.append("%d:%s" % (port, role))
+    log("== repeat %d/%d: every client on server %s (%s)" % (rep, R, PIN, role))
+
+    def run_floor(mode):
+        v, cpu = attempt("floor " + mode, floor, mode)
+        RES.add("floor_" + mode, v)
+        RES.add("floor_%s_cpu_us" % mode, cpu)
+        log("floor %-9s %.3f ms (client CPU %.0f us per cycle)" % (mode, v, cpu))
+        return v
+
+    fa = run_floor("awaited")
+    sc = attempt("session cycle", pgbench_period_ms, SQL["session"], N, WARMUP, "session")
+    RES.add("session_cycle", sc)
+    RES.add("ratio_session_cycle", sc / fa)
+    log("zklock session cycle %.3f ms (%.3f x floor awaited)" % (sc, sc / fa))
+    fp = run_floor("pipelined")
+    v = attempt("transaction cycle", pgbench_period_ms, SQL["xact"], N, WARMUP, "xact")
+    RES.add("xact_cycle", v)
+    RES.add("ratio_xact_cycle", v / fp)
+    log("zklock transaction cycle %.3f ms (%.3f x floor pipelined)" % (v, v / fp))
+    v = attempt("advisory cycle", pgbench_period_ms, SQL["advisory"], N, WARMUP, "advisory")
+    RES.add("advisory_cycle", v)
+    RES.add("ratio_advisory_cycle", sc / v)
+    log("pg_advisory_lock cycle %.4f ms" % v)
+    for peer, name in ((kazoo, "kazoo"), (curator, "curator")):
+        v = attempt(name + " cycle", peer.cycle_ms, N, WARMUP)
+        RES.add(name + "_cycle", v)
+        RES.add("ratio_%s_cycle" % name, v / sc)
+        log("%s cycle %.3f ms (zklock does %.2f x its cycles/s)" % (name, v, v / sc))
+    run_floor("listed")
+    v = attempt("re-entrant", reentrant, rep)
+    log("re-entrant zk_lock %.1f us/call, session requests %d, ensemble packets %d (idle %d)"
+        % (v, RES.values["reentrant_session_requests"][-1],
+           RES.values["reentrant_ensemble_packets"][-1], RES.values["reentrant_idle_packets"][-1]))
+    zk = attempt("first lock", first_lock, "zk")
+    load = attempt("first lock (load)", first_lock, "load")
+    adv = attempt("first lock (advisory)", first_lock, "adv")
+    RES.add("first_lock_zk", zk)
+    RES.add("first_lock_adv", adv)
+    RES.add("first_lock_extra", zk - adv)
+    RES.add("ratio_first_lock_extra", (zk - adv) / sc)
+    RES.add("first_lock_load", load - adv)
+    RES.add("first_lock_session", zk - load - sc)
+    log("new connection + lock cycle: zklock %.3f ms, advisory %.3f ms; loading zklock %.3f ms, "
+        "opening the session %.3f ms" % (zk, adv, load - adv, zk - load - sc))
+    zt, zn, zmain, zthreads = attempt("CPU", cpu_cycles, "zk", N, WARMUP)
+    at, an, _, _ = attempt("CPU (advisory)", cpu_cycles, "adv", N, WARMUP)
+    RES.add("cpu_zk_main_us", zmain)
+    RES.add("cpu_zk_threads_us", zthreads)
+    RES.add("cpu_zk_stat_us", zt)
+    RES.add("cpu_zk_us", zn)
+    RES.add("cpu_adv_stat_us", at)
+    RES.add("cpu_adv_us", an)
+    RES.add("cpu_extra_us", zn - an)
+    log("backend CPU per cycle: zklock %.1f us (main thread %.1f, library threads %.1f; "
+        "stat %.0f), advisory %.1f us (stat %.0f)" % (zn, zmain, zthreads, zt, an, at))
+    fh = run_floor("handoff")
+    for k in CONTENTION:
+        rate = attempt("contention %d" % k, contention, k, rep)
+        RES.add("ratio_contention_c%d_handoff" % k, 1e3 / rate / fh)
+        log("contention %d backends: %.0f cycles/s (%.3f ms per handoff, %.3f x floor), "
+            "%.3f watchers fired per release"
+            % (k, rate, 1e3 / rate, 1e3 / rate / fh,
+               RES.values["contention_c%d_watchers_per_release" % k][-1]))
+
+
+def fifo_and_waiter_rss():
+    """FIFO_WAITERS backends queue one after another behind a holder; each
+    records when it is granted.  Also: the memory of a waiting backend."""
+    k = FIFO_WAITERS
+    log("== FIFO: %d backends queued on one lock" % k)
+    mon = Psql("zkbench-monitor")
+    holder = Psql("zkbench-holder")
+    fresh = None
+    procs = []
+    try:
+        mon.query("DROP TABLE IF EXISTS fifo_order")
+        mon.query("CREATE TABLE fifo_order (arrival int, pid int, "
+                  "granted_at timestamptz DEFAULT clock_timestamp(), "
+                  "grant_seq bigserial)")
+        holder.query("SELECT zk_lock('fifo')")
+        t_queue = time.monotonic()
+        for i in range(1, k + 1):
+            sql = ["SELECT zk_lock('fifo')",
+                   "INSERT INTO fifo_order (arrival, pid) VALUES (%d, pg_backend_pid())" % i,
+                   "SELECT zk_unlock('fifo')"]
+            cmd = [PSQL, "-X", "-q", "-v", "ON_ERROR_STOP=1"]
+            for q in sql:
+                cmd += ["-c", q]
+            errf = open(scratch("fifo-%d.err" % i), "w")
+            procs.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errf,
+                                           env=dict(os.environ, PGAPPNAME="zkbench-fifo")), errf))
+            deadline = time.monotonic() + 60
+            while True:
+                n = int(mon.value("SELECT count(*) FROM zk_lock_contenders('fifo')"))
+                if n == i + 1:
+                    break
+                if n > i + 1:
+                    raise BenchError("fifo: %d contenders, expected %d" % (n, i + 1))
+                if procs[-1][0].poll() is not None:
+                    raise BenchError("fifo: waiter %d exited early: %s"
+                                     % (i, open(scratch("fifo-%d.err" % i)).read()))
+                if time.monotonic() > deadline:
+                    raise BenchError("fifo: waiter %d not queued after 60 s" % i)
+                time.sleep(0.002)
+        log("all %d queued in %.1f s" % (k, time.monotonic() - t_queue))
+        waiting = mon.query("SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Extension' "
+                            "AND application_name = 'zkbench-fifo'")
+        if len(waiting) != k:
+            RES.fail("fifo: %d backends wait on wait_event_type Extension, expected %d"
+                     % (len(waiting), k))
+        rss = [proc_status(int(p))["VmRSS"] for p in waiting]
+        fresh = Psql("zkbench-fresh")
+        fresh_rss = proc_status(fresh.pid)["VmRSS"]
+        RES.add("waiter_rss_kb", statistics.mean(rss))
+        RES.add("fresh_rss_kb", fresh_rss)
+        RES.add("waiter_extra_rss_kb", statistics.mean(rss) - fresh_rss)
+        before = mntr()
+        t_release = float(holder.value("SELECT extract(epoch FROM clock_timestamp())"))
+        holder.query("SELECT zk_unlock('fifo')")
+        for p, errf in procs:
+            try:
+                rc = p.wait(max(60, k))
+            except subprocess.TimeoutExpired:
+                raise BenchError("fifo: a waiter did not finish")
+            errf.close()
+            if rc != 0:
+                RES.fail("fifo: a waiter failed (exit %d)" % rc)
+        procs = []
+        after = mntr()
+        order = [int(x) for x in mon.query("SELECT arrival FROM fifo_order ORDER BY grant_seq")]
+        last = float(mon.value("SELECT extract(epoch FROM max(granted_at)) FROM fifo_order"))
+        in_order = order == list(range(1, k + 1))
+        RES.add("fifo_in_order", 1 if in_order else 0)
+        RES.add("fifo_granted", len(order))
+        RES.add("fifo_per_grant_ms", (last - t_release) * 1e3 / k)
+        RES.add("fifo_watchers_per_grant",
+                mntr_delta(before, after, "zk_sum_node_deleted_watch_count") / k)
+        if not in_order:
+            bad = [(pos + 1, a) for pos, a in enumerate(order) if a != pos + 1][:10]
+            RES.fail("fifo: grant order differs from arrival order (position, arrival): %s" % bad)
+        if mon.query("SELECT * FROM zk_lock_contenders('fifo')"):
+            RES.fail("fifo: contenders left after the cascade")
+        log("FIFO: %d granted, in arrival order: %s; %.3f ms per grant; waiting backend RSS "
+            "%.0f kB vs fresh %d kB" % (len(order), in_order, RES.values["fifo_per_grant_ms"][-1],
+                                         statistics.mean(rss), fresh_rss))
+        mon.query("DROP TABLE fifo_order")
+    finally:
+        for p, errf in procs:
+            p.kill()
+            p.wait()
+            errf.close()
+        for s in (mon, holder, fresh):
+            if s:
+                s.close()
+
+
+def rss_per_session():
+    """A backend's VmRSS before and after its first zk_lock (and, as a
+    control, before and after its first pg_advisory_lock)."""
+    log("== RSS of a backend's first lock (%d backends each)" % RSS_SAMPLES)
+    for kind, lock, unlock in (("zk", "zk_lock('rss')", "zk_unlock('rss')"),
+                               ("adv", "pg_advisory_lock(7)", "pg_advisory_unlock(7)")):
+        for _ in range(RSS_SAMPLES):
+            s = Psql("zkbench-rss")
+            try:
+                s.query("SELECT 1")
+                a = proc_status(s.pid)
+                s.query("SELECT %s" % lock)
+                s.query("SELECT %s" % unlock)
+                b = proc_status(s.pid)
+            finally:
+                s.close()
+            RES.add("first_lock_rss_%s_kb" % kind, b["VmRSS"] - a["VmRSS"])
+            RES.add("first_lock_anon_%s_kb" % kind, b["RssAnon"] - a["RssAnon"])
+            RES.add("first_lock_file_%s_kb" % kind, b["RssFile"] - a["RssFile"])
+            RES.add("fresh_backend_rss_kb", a["VmRSS"])
+    RES.add("rss_extra_per_session_kb",
+            RES.median("first_lock_rss_zk_kb") - RES.median("first_lock_rss_adv_kb"))
+    log("first zk_lock adds %s kB VmRSS (anon %s, file %s); first pg_advisory_lock adds %s kB"
+        % (RES.median("first_lock_rss_zk_kb"), RES.median("first_lock_anon_zk_kb"),
+           RES.median("first_lock_file_zk_kb"), RES.median("first_lock_rss_adv_kb")))
+
+
+def leak_run():
+    """RSS growth over LEAK_CYCLES cycles in one backend, after LEAK_WARM;
+    its CPU, and the same CPU figure for pg_advisory_lock."""
+    log("== %d zk_lock/zk_unlock cycles in one backend (after %d warm-up)"
+        % (LEAK_CYCLES, LEAK_WARM))
+    chunk = LEAK_CYCLES // LEAK_CHUNKS
+    stmts = ["SELECT zk_lock('leak');", "SELECT zk_unlock('leak');"]
+    warm_f = cycle_file("leak-warm.sql", stmts, LEAK_WARM)
+    chunk_f = cycle_file("leak-chunk.sql", stmts, chunk)
+    s = Psql("zkbench-leak")
+    samples = []
+    try:
+        s.run("\\o /dev/null\n\\i %s\n\\o" % warm_f)
+        base = proc_status(s.pid)
+        t0, w0 = proc_cpu_ticks(s.pid), time.monotonic()
+        for i in range(LEAK_CHUNKS):
+            s.run("\\o /dev/null\n\\i %s\n\\o" % chunk_f)
+            samples.append(proc_status(s.pid)["VmRSS"] - base["VmRSS"])
+        wall = time.monotonic() - w0
+        t1 = proc_cpu_ticks(s.pid)
+        end = proc_status(s.pid)
+        acq = int(s.value("SELECT acquisitions FROM zk_status()"))
+    finally:
+        s.close()
+    n = chunk * LEAK_CHUNKS
+    if acq != LEAK_WARM + n:
+        RES.fail("leak run: zk_status acquisitions %d, expected %d" % (acq, LEAK_WARM + n))
+    RES.add("rss_growth_kb", end["VmRSS"] - base["VmRSS"])
+    RES.add("rss_growth_anon_kb", end["RssAnon"] - base["RssAnon"])
+    RES.notes["rss_growth_kb"] = "VmRSS after each %d cycles, kB over the warm backend's %d kB: %s" % (
+        chunk, base["VmRSS"], " ".join(str(x) for x in samples))
+    RES.add("leak_cycle_ms", wall * 1e3 / n)
+    RES.add("cpu_zk_long_stat_us", (t1 - t0) * 1e6 / CLK_TCK / n)
+    log("RSS growth %d kB (anon %d kB) over %d cycles; samples %s; %.3f ms per cycle; CPU %.1f us per cycle"
+        % (end["VmRSS"] - base["VmRSS"], end["RssAnon"] - base["RssAnon"], n, samples,
+           wall * 1e3 / n, (t1 - t0) * 1e6 / CLK_TCK / n))
+    adv_f = cycle_file("leak-adv.sql", ["SELECT pg_advisory_lock(1);",
+                                        "SELECT pg_advisory_unlock(1);"], n)
+    warm_adv = cycle_file("leak-adv-warm.sql", ["SELECT pg_advisory_lock(1);",
+                                                "SELECT pg_advisory_unlock(1);"], LEAK_WARM)
+    s = Psql("zkbench-leak-adv")
+    try:
+        s.run("\\o /dev/null\n\\i %s\n\\o" % warm_adv)
+        t0 = proc_cpu_ticks(s.pid)
+        s.run("\\o /dev/null\n\\i %s\n\\o" % adv_f)
+        t1 = proc_cpu_ticks(s.pid)
+    finally:
+        s.close()
+    RES.add("cpu_adv_long_stat_us", (t1 - t0) * 1e6 / CLK_TCK / n)
+    RES.add("cpu_extra_long_stat_us",
+            RES.values["cpu_zk_long_stat_us"][-1] - RES.values["cpu_adv_long_stat_us"][-1])
+    log("advisory CPU %.1f us per cycle over %d cycles" % (RES.values["cpu_adv_long_stat_us"][-1], n))
+
+
+# ================================================================ reporting
+
+def fmt(v, digits=3):
+    if v is None:
+        return "-"
+    if isinstance(v, float) and not v.is_integer():
+        return "%.*f" % (digits, v)
+    return "%d" % v
+
+
+def ratio_of(a, b):
+    return a / b if a is not None and b else None
+
+
+def report(elapsed):
+    med = RES.median
+    rows = []          # (name, value, unit, ratio, ref, goal, met, desc, digits) or a heading
+    bench = []
+
+    def vmax(key):
+        v = RES.values.get(key)
+        return max(v) if v else None
+
+    def heading(text):
+        rows.append(text)
+
+    def row(name, value, unit, desc, ratio=None, ref="", goal="", met=None, digits=3, key=None,
+            extra=None):
+        """met: True/False, or None when the figure is missing."""
+        if goal and value is None:
+            met = None
+        rows.append((name, value, unit, ratio, ref, goal, met, desc, digits))
+        vals = RES.values.get(key or name)
+        fields = ["BENCH", "name=" + name, "median_%s=%s" % (
+            unit.replace("/", "_per_"), "missing" if value is None else fmt(value, max(digits, 4)))]
+        if ratio is not None:
+            fields.append("ratio=%.3f" % ratio)
+            fields.append("ratio_vs=" + ref)
+        for k, v in (extra or {}).items():
+            fields.append("%s=%s" % (k, "missing" if v is None else fmt(v, 1)))
+        if goal:
+            fields.append("goal=" + goal.replace(" ", ""))
+            fields.append("met=" + {True: "yes", False: "no", None: "missing"}[met])
+        if vals and len(vals) > 1:
+            fields.append("values=" + ",".join(fmt(x, 4) for x in vals))
+        fields.append("reps=%d" % (len(vals) if vals else 0))
+        bench.append(" ".join(fields))
+
+    def goal_le(r, limit):
+        return None if r is None else r <= limit
+
+    def per_s(ms):
+        return None if not ms else 1e3 / ms
+
+    heading("Uncontended cycles")
+    fa, fl, fp, fh = (med("floor_awaited"), med("floor_listed"), med("floor_pipelined"),
+                      med("floor_handoff"))
+    row("floor_awaited", fa, "ms", "floor (zkfloor.c): create + delete, each awaited (2 writes)")
+    row("floor_listed", fl, "ms", "floor: create, get_children, delete, each awaited")
+    row("floor_pipelined", fp, "ms", "floor: create+get_children pipelined, delete not awaited")
+    row("floor_handoff", fh, "ms",
+        "floor: A's delete sent -> B's watch fires -> B's get_children answered")
+    sc = med("session_cycle")
+    r = med("ratio_session_cycle")
+    row("session_cycle", sc, "ms", "zklock: zk_lock + zk_unlock, pgbench -c 1", r, "floor_awaited",
+        "<= 1.10x", goal_le(r, 1.10), extra={"cycles_per_s": per_s(sc)})
+    xc = med("xact_cycle")
+    r = med("ratio_xact_cycle")
+    row("xact_cycle", xc, "ms", "zklock: BEGIN; zk_xact_lock; COMMIT, pgbench -c 1", r,
+        "floor_pipelined", "<= 1.10x", goal_le(r, 1.10), extra={"cycles_per_s": per_s(xc)})
+    ac = med("advisory_cycle")
+    row("advisory_cycle", ac, "ms",
+        "local reference: pg_advisory_lock + unlock, pgbench -c 1 (ratio: zklock session "
+        "cycle / this)", med("ratio_advisory_cycle"), "advisory_cycle", digits=4)
+    for peer, desc in (("kazoo", "kazoo Lock acquire+release"),
+                       ("curator", "Curator InterProcessMutex acquire+release")):
+        pc = med(peer + "_cycle")
+        r = med("ratio_%s_cycle" % peer)
+        row(peer + "_cycle", pc, "ms",
+            desc + ", same ensemble (ratio: zklock cycles/s / %s cycles/s)" % peer, r,
+            "session_cycle", ">= 2x", None if r is None else r >= 2.0,
+            extra={"cycles_per_s": per_s(pc)})
+
+    heading("Re-entrant acquire by the holder (%d calls)" % N_REENTRANT)
+    rl = med("reentrant_lock_us")
+    row("reentrant_lock", rl, "us", "re-entrant zk_lock by the holder, per call (psql, \\i)",
+        digits=1, key="reentrant_lock_us")
+    row("reentrant_unlock", med("reentrant_unlock_us"), "us",
+        "matching zk_unlock (the base hold remains), per call", digits=1,
+        key="reentrant_unlock_us")
+    row("reentrant_adv_lock", med("reentrant_adv_lock_us"), "us",
+        "reference: re-entrant pg_advisory_lock, same method (ratio: zklock's / this)",
+        ratio_of(rl, med("reentrant_adv_lock_us")), "reentrant_lock", digits=1,
+        key="reentrant_adv_lock_us")
+    row("reentrant_adv_unlock", med("reentrant_adv_unlock_us"), "us",
+        "reference: matching pg_advisory_unlock, per call", digits=1,
+        key="reentrant_adv_unlock_us")
+    rq = vmax("reentrant_session_requests")
+    row("reentrant_requests", rq, "req",
+        "ZooKeeper requests the holder's session sent during the %d locks + %d unlocks "
+        "(max over repeats; 'cons' lcxid, pings excluded)" % (N_REENTRANT, N_REENTRANT),
+        goal="== 0", met=None if rq is None else rq == 0, digits=0,
+        key="reentrant_session_requests")
+    row("reentrant_ensemble_packets", vmax("reentrant_ensemble_packets"), "packets",
+        "zk_packets_received delta over those calls, 3 servers, max over repeats (mntr's own "
+        "connections subtracted; a ping would count)", digits=0)
+    row("reentrant_idle_packets", vmax("reentrant_idle_packets"), "packets",
+        "the same over an equally long idle window (pings only)", digits=0)
+    row("reentrant_acquisitions", med("reentrant_acquisitions"), "count",
+        "zk_status().acquisitions delta over the calls (waits delta: %s)"
+        % fmt(vmax("reentrant_waits")), digits=0)
+
+    heading("Handoff under contention (pgbench -c K -j 2 -T %d, one lock)" % CONTENTION_S)
+    for k in CONTENTION:
+        rate = med("contention_c%d_cycles_per_s" % k)
+        period = med("contention_c%d_period_ms" % k)
+        row("contention_c%d_cycles_per_s" % k, rate, "cycles/s",
+            "%d backends: lock/unlock cycles per second" % k, digits=1)
+        RES.values["contention_c%d_handoff" % k] = RES.values.get("contention_c%d_period_ms" % k)
+        r = med("ratio_contention_c%d_handoff" % k)
+        row("contention_c%d_handoff" % k, period, "ms",
+            "%d backends: mean release->grant = wall time / cycles" % k, r, "floor_handoff",
+            "<= 1.3x", goal_le(r, 1.3))
+        wpr = med("contention_c%d_watchers_per_release" % k)
+        other = vmax("contention_c%d_other_watchers" % k)
+        mx = vmax("contention_c%d_max_watchers_one_delete" % k)
+        row("contention_c%d_watchers_per_release" % k, wpr, "watchers",
+            "%d backends: watchers fired per release, sum over 3 servers (largest single "
+            "delete on one server: %s; children/data/created watchers fired: %s)"
+            % (k, fmt(mx), fmt(other)), goal="<= 1 (no herd)",
+            met=None if wpr is None or mx is None else
+            (wpr <= 1.0 + 1e-9 and mx <= 1 and other == 0), extra={"max_one_delete": mx},
+            digits=3)
+
+    heading("A backend's first lock (pgbench -C: a new connection per cycle)")
+    row("first_lock_zk", med("first_lock_zk"), "ms", "connect + zk_lock + zk_unlock + disconnect")
+    row("first_lock_adv", med("first_lock_adv"), "ms",
+        "connect + pg_advisory_lock + unlock + disconnect")
+    row("first_lock_extra", med("first_lock_extra"), "ms",
+        "what a backend's first zk_lock costs over advisory (ratio: / session cycle)",
+        med("ratio_first_lock_extra"), "session_cycle")
+    row("first_lock_load", med("first_lock_load"), "ms",
+        "  of it, loading zklock.so and its libraries (-C with zk_lock_token, which opens no "
+        "session, minus advisory)")
+    row("first_lock_session", med("first_lock_session"), "ms",
+        "  of it, opening the ZooKeeper session (the rest minus one session cycle)")
+
+    heading("FIFO order and memory")
+    fio = (RES.values.get("fifo_in_order") or [None])[-1]
+    granted = (RES.values.get("fifo_granted") or [None])[-1]
+    row("fifo_order", granted, "granted",
+        "%d backends queued one after another, granted in arrival order?" % FIFO_WAITERS,
+        goal="all, in FIFO order", met=None if fio is None else
+        (fio == 1 and granted == FIFO_WAITERS), digits=0, key="fifo_granted")
+    row("fifo_per_grant", med("fifo_per_grant_ms"), "ms",
+        "FIFO cascade: holder's release -> last grant, / waiters", key="fifo_per_grant_ms")
+    row("fifo_watchers_per_grant", med("fifo_watchers_per_grant"), "watchers",
+        "FIFO cascade: watchers fired per grant, 3 servers", digits=3)
+    row("waiter_extra_rss", med("waiter_extra_rss_kb"), "kB",
+        "VmRSS of a waiting backend minus a fresh backend's (mean of the waiters)", digits=0,
+        key="waiter_extra_rss_kb")
+    row("first_lock_rss", med("first_lock_rss_zk_kb"), "kB",
+        "VmRSS growth of a backend at its first zk_lock (RssAnon %s, RssFile %s)"
+        % (fmt(med("first_lock_anon_zk_kb")), fmt(med("first_lock_file_zk_kb"))), digits=0,
+        key="first_lock_rss_zk_kb")
+    row("rss_extra_per_session", med("rss_extra_per_session_kb"), "kB",
+        "the same minus a first pg_advisory_lock's growth (%s kB)"
+        % fmt(med("first_lock_rss_adv_kb")), digits=0, key="rss_extra_per_session_kb")
+    g = med("rss_growth_kb")
+    row("rss_growth", g, "kB", "VmRSS growth over %d cycles in one backend after %d warm-up "
+        "(RssAnon %s)" % (LEAK_CYCLES, LEAK_WARM, fmt(med("rss_growth_anon_kb"))),
+        goal="< 1024 kB", met=None if g is None else g < 1024, digits=0, key="rss_growth_kb")
+
+    heading("CPU per cycle, outside ZooKeeper waits")
+    row("floor_awaited_cpu", med("floor_awaited_cpu_us"), "us",
+        "zkfloor's CPU per awaited cycle (2 requests; all threads, getrusage)", digits=1,
+        key="floor_awaited_cpu_us")
+    row("floor_listed_cpu", med("floor_listed_cpu_us"), "us",
+        "zkfloor's CPU per listed cycle (3 requests, like a zklock cycle)", digits=1,
+        key="floor_listed_cpu_us")
+    row("cpu_zk", med("cpu_zk_us"), "us",
+        "backend CPU per zklock session cycle (all threads, schedstat)", digits=1,
+        key="cpu_zk_us")
+    row("cpu_zk_main", med("cpu_zk_main_us"), "us", "  of it, the backend's main thread",
+        digits=1, key="cpu_zk_main_us")
+    row("cpu_zk_threads", med("cpu_zk_threads_us"), "us",
+        "  of it, the ZooKeeper client library's threads", digits=1, key="cpu_zk_threads_us")
+    row("cpu_adv", med("cpu_adv_us"), "us", "backend CPU per pg_advisory_lock cycle", digits=1,
+        key="cpu_adv_us")
+    row("cpu_extra", med("cpu_extra_us"), "us",
+        "CPU a zklock cycle adds over an advisory one (ratio: / zkfloor listed CPU)",
+        ratio_of(med("cpu_extra_us"), med("floor_listed_cpu_us")), "floor_listed_cpu",
+        digits=1, key="cpu_extra_us")
+    row("cpu_zk_stat", med("cpu_zk_long_stat_us"), "us",
+        "utime+stime (/proc/PID/stat) per zklock cycle over the %d-cycle run" % LEAK_CYCLES,
+        digits=1, key="cpu_zk_long_stat_us")
+    row("cpu_adv_stat", med("cpu_adv_long_stat_us"), "us",
+        "utime+stime per advisory cycle over %d cycles" % LEAK_CYCLES, digits=1,
+        key="cpu_adv_long_stat_us")
+    row("cpu_extra_stat", med("cpu_extra_long_stat_us"), "us",
+        "zklock - advisory, utime+stime", digits=1, key="cpu_extra_long_stat_us")
+    row("leak_cycle", med("leak_cycle_ms"), "ms",
+        "zklock cycle time during that run (psql \\i)", key="leak_cycle_ms")
+
+    lines = []
+    lines.append("zklock benchmark: R=%d repeats (median shown), N=%d cycles per measurement%s"
+                 % (R, N, "; QUICK smoke test: figures are indicative only" if QUICK else ""))
+    lines.append("zklock %s (zklock.so sha256 %s); ensemble: 3 servers on 127.0.0.1, "
+                 "forceSync=yes; PostgreSQL 15 (fsync=off); %d CPUs"
+                 % (os.environ.get("BENCH_REVISION", "?"), RES.digest[:12], os.cpu_count()))
+    lines.append("ratio: the median of the per-repeat ratios, each pair measured back to back "
+                 "(for peers: peer cycle time / zklock's = zklock cycles/s / peer's)")
+    lines.append("repeat r pins every client (zkfloor, zklock.hosts, kazoo, Curator) to one "
+                 "server, in turn: %s" % " ".join(RES.servers))
+    hdr = "%-36s %11s %-8s %7s %-17s %-19s %s" % ("figure", "median", "unit", "ratio", "ratio vs",
+                                                 "goal", "")
+    for r in rows:
+        if isinstance(r, str):
+            lines.append("")
+            lines.append("-- " + r)
+            lines.append(hdr)
+            continue
+        name, value, unit, ratio, ref, goal, met, desc, digits = r
+        status = "" if not goal else {True: "met", False: "MISSED", None: "MISSING"}[met]
+        lines.append("%-36s %11s %-8s %7s %-17s %-19s %s" % (
+            name, "-" if value is None else fmt(value, digits), unit,
+            "" if ratio is None else "%.3f" % ratio, ref if ratio is not None else "",
+            goal, status))
+    lines.append("")
+    lines.append("What each figure is:")
+    for r in rows:
+        if not isinstance(r, str):
+            lines.append("  %-34s %s" % (r[0], r[7]))
+    for name, note in RES.notes.items():
+        lines.append("  note %s: %s" % (name, note))
+    lines.append("")
+    lines.append("Watch counters: zk_{cnt,sum}_node_deleted_watch_count per server, checked "
+                 "(per_server=port:cnt/sum):")
+    for l in getattr(RES, "watchcal", []):
+        lines.append("  " + l)
+    lines.append("  each mntr read adds %s to zk_packets_received over the 3 servers "
+                 "(subtracted above)" % fmt(getattr(RES, "mntr_self", None)))
+    fs = getattr(RES, "fsyncs", [])
+    lines.append("ZooKeeper server logs: %d slow fsync warnings (> 1 s)%s%s" % (
+        len(fs), ", longest %d ms" % max(fs) if fs else "",
+        "; other warnings: %s" % RES.zk_other_warnings if getattr(RES, "zk_other_warnings", None)
+        else ""))
+    lines.append("ZooKeeper fsync counters (mntr, per server, whole run): %s"
+                 % getattr(RES, "fsync_mntr", "-"))
+    if RES.retries:
+        lines.append("measurements that failed once and were run again (%d):" % len(RES.retries))
+        lines.extend("  " + r for r in RES.retries)
+    lines.append("")
+    goals = [(r[0], r[6]) for r in rows if not isinstance(r, str) and r[5]]
+    missed = [n for n, m in goals if m is False]
+    missing = [n for n, m in goals if m is None]
+    lines.append("goals: %d met, %d missed%s%s" % (
+        len([1 for n, m in goals if m]), len(missed),
+        " (" + ", ".join(missed) + ")" if missed else "",
+        "; %d MISSING (%s)" % (len(missing), ", ".join(missing)) if missing else ""))
+    if RES.failures:
+        lines.append("FAILED (measurements or checks):")
+        lines.extend("  " + f.replace("\n", "\n    ") for f in RES.failures)
+    lines.append("run time: %.0f s" % elapsed)
+    lines.append("")
+    lines.extend(bench)
+    lines.append("BENCH name=zk_slow_fsyncs count=%d max_ms=%d" % (len(fs), max(fs) if fs else 0))
+    lines.append("BENCH name=summary goals_met=%d goals_missed=%d goals_missing=%d failures=%d "
+                 "retries=%d seconds=%.0f quick=%d" % (len([1 for n, m in goals if m]), len(missed),
+                                                     len(missing), len(RES.failures),
+                                                     len(RES.retries), elapsed,
+                                                     1 if QUICK else 0))
+    text = "\n".join(lines) + "\n"
+    print()
+    print(text, end="", flush=True)
+    if RESULTS:
+        with open(RESULTS, "w") as f:
+            f.write(text)
+    return missed
+
+
+SQL = {}
+
+
+def main():
+    os.makedirs(SCRATCH, exist_ok=True)
+    SQL["session"] = write_file("session.sql", "SELECT zk_lock('b');\nSELECT zk_unlock('b');\n")
+    SQL["xact"] = write_file("xact.sql", "BEGIN;\nSELECT zk_xact_lock('b');\nCOMMIT;\n")
+    SQL["advisory"] = write_file("advisory.sql",
+                                 "SELECT pg_advisory_lock(1);\nSELECT pg_advisory_unlock(1);\n")
+    SQL["contend"] = write_file("contend.sql", "SELECT zk_lock('h');\nSELECT zk_unlock('h');\n")
+    SQL["first_zk"] = write_file("first_zk.sql",
+                                 "SELECT zk_lock('first');\nSELECT zk_unlock('first');\n")
+    SQL["first_load"] = write_file("first_load.sql",
+                                   "SELECT zk_lock_token('first');\nSELECT 1;\n")
+    SQL["first_adv"] = write_file("first_adv.sql",
+                                  "SELECT pg_advisory_lock(2);\nSELECT pg_advisory_unlock(2);\n")
+
+    log("zklock benchmark: R=%d N=%d quick=%s, ensemble %s" % (R, N, QUICK, ZK_HOSTS))
+    digest = RES.digest = library_digest()
+    calibrate_mntr()
+    # The "load" variant of the first-lock figure relies on this.
+    state = run([PSQL, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1",
+                 "-c", "SELECT zk_lock_token('first') IS NULL",
+                 "-c", "SELECT state FROM zk_status()"]).strip()
+    if state.split() != ["t", "closed"]:
+        RES.fail("zk_lock_token in a fresh backend: expected NULL and no session, got %r" % state)
+    log("starting the kazoo and Curator peers (Curator warms its JVM up with %d cycles)"
+        % CURATOR_JVM_WARMUP)
+    kazoo = curator = None
+    try:
+        kazoo = Peer("kazoo", ["/usr/bin/python3", os.path.join(SRC, "kazoo_cycle.py"), ZK_HOSTS,
+                               "/zklock/zkbench-kazoo"])
+        curator = Peer("curator", [
+            "java", "-XX:-UsePerfData", "-Xmx256m", "-Djava.io.tmpdir=" + os.environ["TMPDIR"],
+            "-cp", CLASSPATH, os.path.join(SRC, "CuratorCycle.java"), ZK_HOSTS,
+            "/zklock/zkbench-curator", str(CURATOR_JVM_WARMUP)])
+        for rep in range(1, R + 1):
+            try:
+                repeat(rep, kazoo, curator)
+            except BenchError as e:
+                RES.fail("repeat %d: %s" % (rep, e))
+            finally:
+                global PIN
+                PIN = None
+    except BenchError as e:
+        RES.fail("repeated measurements: %s" % e)
+    finally:
+        for peer in (kazoo, curator):
+            if peer:
+                peer.close()
+    for phase in (fifo_and_waiter_rss, rss_per_session, leak_run, calibrate_watch_counters):
+        try:
+            phase()
+        except BenchError as e:
+            RES.fail("%s: %s" % (phase.__name__, e))
+    zk_log_warnings()
+    if library_digest() != digest:
+        RES.fail("the installed zklock.so changed during the run (another make install?): "
+                 "the figures may mix two builds")
+    missed = report(time.monotonic() - T0)
+    if RES.failures:
+        return 1
+    if STRICT and missed:
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
+    try:
+        sys.exit(main())
+    except BenchError as e:
+        log("ERROR: %s" % e)
+        sys.exit(1)

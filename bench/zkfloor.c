@@ -1,0 +1,605 @@
+/*
+ * zkfloor: the ZooKeeper floor for the zklock benchmark.
+ *
+ * What the cheapest client of libzookeeper_mt pays for the requests a lock
+ * cycle needs, on the same ensemble, with nothing of PostgreSQL around it.
+ *
+ *   zkfloor HOSTS MODE N R WARMUP PARENT
+ *
+ * MODE, one cycle on a child of PARENT:
+ *   awaited    create EPHEMERAL|SEQUENTIAL, await; delete, await
+ *              (two writes, two round trips)
+ *   listed     create, await; get_children(PARENT), await; delete, await
+ *   pipelined  create and get_children sent back to back, await both;
+ *              delete sent and NOT awaited: the next cycle's create follows
+ *              it, and the session applies them in order (the last delete
+ *              is awaited after the timed loop ends, outside the timing)
+ *   handoff    sessions A and B: A creates a node (awaited, untimed), B sets
+ *              a get-data watch on it (awaited, untimed); timed from A
+ *              sending the delete to B receiving the reply of the
+ *              get_children it sends from its watcher: one write, one
+ *              notification, one read
+ *
+ * Each of the R repeats opens fresh sessions (the client library picks a
+ * server of HOSTS at random, as each zklock backend's session does), runs
+ * WARMUP untimed cycles, then N timed cycles, and prints one line:
+ *
+ *   FLOOR mode=M rep=I n=N mean_ms=... p50_ms=... min_ms=... max_ms=... cpu_us=...
+ *
+ * mean_ms is the wall time of the N cycles divided by N (for handoff, the
+ * mean of the N timed intervals); p50/min/max are of single cycles; cpu_us
+ * is this process's CPU time (user+system, all threads, so the client
+ * library's I/O and completion threads too) over the N cycles, divided
+ * by N.
+ *
+ * PARENT is created (persistent, with its ancestors) if missing and
+ * deleted at the end.  Node names and data look like zklock's:
+ * "_c_<uuid>-lock-<seq>" holding a ~110-byte JSON identity.
+ *
+ * Build: gcc -O2 -DTHREADED -o zkfloor zkfloor.c -lzookeeper_mt -lpthread
+ * Exit status 0 on success; any ZooKeeper error is fatal (status 1).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <zookeeper/zookeeper.h>
+
+#define PATH_MAX_LEN 1024
+#define SESSION_TIMEOUT_MS 10000
+#define CONNECT_WAIT_S 15
+#define OP_WAIT_S 30
+
+static const char *hosts;
+static const char *parent;
+static char prefix[PATH_MAX_LEN];
+static char node_data[512];
+
+static void
+die(const char *fmt, ...)
+{
+	va_list		ap;
+
+	va_start(ap, fmt);
+	fprintf(stderr, "zkfloor: ");
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\n");
+	va_end(ap);
+	exit(1);
+}
+
+static double
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void
+deadline_after(struct timespec *ts, int seconds)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+	ts->tv_sec += seconds;
+}
+
+/* One outstanding request, completed on the library's completion thread. */
+typedef struct Op
+{
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int			done;
+	int			rc;
+	double		done_ms;		/* when the completion ran */
+	char		path[PATH_MAX_LEN];
+	int			nchildren;
+} Op;
+
+static void
+op_init(Op *op)
+{
+	pthread_mutex_init(&op->mu, NULL);
+	pthread_cond_init(&op->cv, NULL);
+	op->done = 0;
+}
+
+static void
+op_reset(Op *op)
+{
+	pthread_mutex_lock(&op->mu);
+	op->done = 0;
+	op->rc = 0;
+	op->path[0] = '\0';
+	op->nchildren = -1;
+	pthread_mutex_unlock(&op->mu);
+}
+
+static void
+op_finish(Op *op, int rc)
+{
+	double		t = now_ms();
+
+	pthread_mutex_lock(&op->mu);
+	op->rc = rc;
+	op->done_ms = t;
+	op->done = 1;
+	pthread_cond_broadcast(&op->cv);
+	pthread_mutex_unlock(&op->mu);
+}
+
+static void
+op_wait(Op *op, const char *what)
+{
+	struct timespec deadline;
+
+	deadline_after(&deadline, OP_WAIT_S);
+	pthread_mutex_lock(&op->mu);
+	while (!op->done)
+	{
+		if (pthread_cond_timedwait(&op->cv, &op->mu, &deadline) == ETIMEDOUT)
+			die("%s: no reply within %d s", what, OP_WAIT_S);
+	}
+	pthread_mutex_unlock(&op->mu);
+	if (op->rc != ZOK)
+		die("%s: %s", what, zerror(op->rc));
+}
+
+static void
+create_done(int rc, const char *value, const struct Stat *stat, const void *data)
+{
+	Op		   *op = (Op *) data;
+
+	if (rc == ZOK && value)
+		snprintf(op->path, sizeof(op->path), "%s", value);
+	op_finish(op, rc);
+}
+
+static void
+children_done(int rc, const struct String_vector *strings, const void *data)
+{
+	Op		   *op = (Op *) data;
+
+	op->nchildren = (rc == ZOK && strings) ? strings->count : -1;
+	op_finish(op, rc);
+}
+
+static void
+void_done(int rc, const void *data)
+{
+	op_finish((Op *) data, rc);
+}
+
+static void
+data_done(int rc, const char *value, int value_len, const struct Stat *stat,
+		  const void *data)
+{
+	op_finish((Op *) data, rc);
+}
+
+/* Unawaited deletes of the pipelined mode. */
+static pthread_mutex_t pending_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pending_cv = PTHREAD_COND_INITIALIZER;
+static int	pending_deletes = 0;
+static int	pending_error = ZOK;
+
+static void
+pending_delete_done(int rc, const void *data)
+{
+	pthread_mutex_lock(&pending_mu);
+	pending_deletes--;
+	if (rc != ZOK && pending_error == ZOK)
+		pending_error = rc;
+	pthread_cond_broadcast(&pending_cv);
+	pthread_mutex_unlock(&pending_mu);
+}
+
+static void
+pending_drain(void)
+{
+	struct timespec deadline;
+
+	deadline_after(&deadline, OP_WAIT_S);
+	pthread_mutex_lock(&pending_mu);
+	while (pending_deletes > 0)
+	{
+		if (pthread_cond_timedwait(&pending_cv, &pending_mu, &deadline) == ETIMEDOUT)
+			die("unawaited deletes: no reply within %d s", OP_WAIT_S);
+	}
+	if (pending_error != ZOK)
+		die("unawaited delete: %s", zerror(pending_error));
+	pthread_mutex_unlock(&pending_mu);
+}
+
+/* Session handling. */
+typedef struct Session
+{
+	zhandle_t  *zh;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int			state;
+} Session;
+
+static void
+session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+	Session    *s = (Session *) ctx;
+
+	if (type != ZOO_SESSION_EVENT)
+		return;
+	pthread_mutex_lock(&s->mu);
+	s->state = state;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void
+session_open(Session *s)
+{
+	struct timespec deadline;
+
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	s->state = 0;
+	s->zh = zookeeper_init(hosts, session_watcher, SESSION_TIMEOUT_MS, NULL, s, 0);
+	if (!s->zh)
+		die("zookeeper_init(%s): %s", hosts, strerror(errno));
+	/* As zklock does: re-resolve host names once a minute, not every loop. */
+	zoo_set_servers_resolution_delay(s->zh, 60000);
+	deadline_after(&deadline, CONNECT_WAIT_S);
+	pthread_mutex_lock(&s->mu);
+	while (s->state != ZOO_CONNECTED_STATE)
+	{
+		if (s->state == ZOO_EXPIRED_SESSION_STATE || s->state == ZOO_AUTH_FAILED_STATE)
+			die("session failed (state %d)", s->state);
+		if (pthread_cond_timedwait(&s->cv, &s->mu, &deadline) == ETIMEDOUT)
+			die("could not connect to %s within %d s", hosts, CONNECT_WAIT_S);
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void
+session_close(Session *s)
+{
+	zookeeper_close(s->zh);
+	s->zh = NULL;
+}
+
+static void
+check_send(int rc, const char *what)
+{
+	if (rc != ZOK)
+		die("sending %s: %s", what, zerror(rc));
+}
+
+static void
+send_create(zhandle_t *zh, Op *op)
+{
+	op_reset(op);
+	check_send(zoo_acreate2(zh, prefix, node_data, (int) strlen(node_data),
+							&ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL,
+							create_done, op), "create");
+}
+
+static void
+send_children(zhandle_t *zh, Op *op)
+{
+	op_reset(op);
+	check_send(zoo_aget_children(zh, parent, 0, children_done, op), "get_children");
+}
+
+static void
+send_delete(zhandle_t *zh, const char *path, Op *op)
+{
+	op_reset(op);
+	check_send(zoo_adelete(zh, path, -1, void_done, op), "delete");
+}
+
+/* Create PARENT and its ancestors (persistent); existing ones are fine. */
+static void
+parent_create_done(int rc, const char *value, const void *data)
+{
+	op_finish((Op *) data, rc);
+}
+
+static void
+create_ancestors(zhandle_t *zh)
+{
+	char		path[PATH_MAX_LEN];
+	const char *slash = parent;
+	Op			op;
+
+	op_init(&op);
+	for (;;)
+	{
+		slash = strchr(slash + 1, '/');
+		if (slash)
+		{
+			memcpy(path, parent, slash - parent);
+			path[slash - parent] = '\0';
+		}
+		else
+			snprintf(path, sizeof(path), "%s", parent);
+		op_reset(&op);
+		check_send(zoo_acreate(zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0,
+							   parent_create_done, &op), "create parent");
+		pthread_mutex_lock(&op.mu);
+		while (!op.done)
+			pthread_cond_wait(&op.cv, &op.mu);
+		pthread_mutex_unlock(&op.mu);
+		if (op.rc != ZOK && op.rc != ZNODEEXISTS)
+			die("create %s: %s", path, zerror(op.rc));
+		if (!slash)
+			break;
+	}
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double		x = *(const double *) a,
+				y = *(const double *) b;
+
+	return (x > y) - (x < y);
+}
+
+/* Handoff: B's watcher sends get_children at once, from the completion thread. */
+typedef struct Handoff
+{
+	Op			watch_reply;	/* B's get-data that sets the watch */
+	Op			listed;			/* B's get_children after the watch fired */
+	zhandle_t  *zh_b;
+	int			fired_type;
+} Handoff;
+
+static void
+handoff_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+	Handoff    *h = (Handoff *) ctx;
+	int			rc;
+
+	if (type == ZOO_SESSION_EVENT)
+		return;
+	h->fired_type = type;
+	rc = zoo_aget_children(zh, parent, 0, children_done, &h->listed);
+	if (rc != ZOK)
+		op_finish(&h->listed, rc);
+}
+
+/*
+ * One repeat: returns per-cycle times in ms in times[] (for the loop
+ * modes, each cycle's own duration) and the loop's wall time.
+ */
+static double
+cpu_now_us(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_utime.tv_sec * 1e6 + ru.ru_utime.tv_usec +
+		ru.ru_stime.tv_sec * 1e6 + ru.ru_stime.tv_usec;
+}
+
+static double
+run_repeat(const char *mode, int n, int warmup, double *times, double *cpu_us)
+{
+	double		cpu_start = 0;
+	Session		a,
+				b;
+	Op			create,
+				list,
+				del;
+	Handoff		h;
+	double		wall_start = 0,
+				wall = 0;
+	int			i;
+	int			tries;
+	int			handoff = strcmp(mode, "handoff") == 0;
+
+	op_init(&create);
+	op_init(&list);
+	op_init(&del);
+	session_open(&a);
+	if (handoff)
+	{
+		session_open(&b);
+		op_init(&h.watch_reply);
+		op_init(&h.listed);
+		h.zh_b = b.zh;
+	}
+
+	for (i = 0; i < warmup + n; i++)
+	{
+		double		t0 = now_ms();
+
+		if (i == warmup)
+		{
+			wall_start = t0;
+			cpu_start = cpu_now_us();
+		}
+
+		if (strcmp(mode, "awaited") == 0)
+		{
+			send_create(a.zh, &create);
+			op_wait(&create, "create");
+			send_delete(a.zh, create.path, &del);
+			op_wait(&del, "delete");
+		}
+		else if (strcmp(mode, "listed") == 0)
+		{
+			send_create(a.zh, &create);
+			op_wait(&create, "create");
+			send_children(a.zh, &list);
+			op_wait(&list, "get_children");
+			send_delete(a.zh, create.path, &del);
+			op_wait(&del, "delete");
+		}
+		else if (strcmp(mode, "pipelined") == 0)
+		{
+			send_create(a.zh, &create);
+			send_children(a.zh, &list);
+			op_wait(&create, "create");
+			op_wait(&list, "get_children");
+			if (list.nchildren < 1)
+				die("get_children after create saw %d children", list.nchildren);
+			pthread_mutex_lock(&pending_mu);
+			pending_deletes++;
+			pthread_mutex_unlock(&pending_mu);
+			check_send(zoo_adelete(a.zh, create.path, -1, pending_delete_done, NULL),
+					   "delete");
+		}
+		else if (handoff)
+		{
+			send_create(a.zh, &create);
+			op_wait(&create, "create");
+			op_reset(&h.watch_reply);
+			op_reset(&h.listed);
+			h.fired_type = 0;
+			/*
+			 * B's server may not have applied A's create yet: then the
+			 * get-data answers ZNONODE and sets no watch, so ask again
+			 * (untimed).
+			 */
+			for (tries = 0;; tries++)
+			{
+				op_reset(&h.watch_reply);
+				check_send(zoo_awget(b.zh, create.path, handoff_watcher, &h,
+									 data_done, &h.watch_reply), "get-data watch");
+				pthread_mutex_lock(&h.watch_reply.mu);
+				while (!h.watch_reply.done)
+					pthread_cond_wait(&h.watch_reply.cv, &h.watch_reply.mu);
+				pthread_mutex_unlock(&h.watch_reply.mu);
+				if (h.watch_reply.rc != ZNONODE || tries >= 1000)
+					break;
+				usleep(100);
+			}
+			if (h.watch_reply.rc != ZOK)
+				die("get-data watch: %s", zerror(h.watch_reply.rc));
+			t0 = now_ms();
+			send_delete(a.zh, create.path, &del);
+			op_wait(&h.listed, "get_children after watch");
+			if (h.fired_type != ZOO_DELETED_EVENT)
+				die("watch fired with event type %d, not deleted", h.fired_type);
+			if (i >= warmup)
+				times[i - warmup] = h.listed.done_ms - t0;
+			op_wait(&del, "delete");
+			continue;
+		}
+		else
+			die("unknown mode %s", mode);
+
+		if (i >= warmup)
+			times[i - warmup] = now_ms() - t0;
+	}
+	if (strcmp(mode, "pipelined") == 0)
+	{
+		wall = now_ms() - wall_start;
+		pending_drain();
+	}
+	else if (handoff)
+	{
+		wall = 0;
+		for (i = 0; i < n; i++)
+			wall += times[i];
+	}
+	else
+		wall = now_ms() - wall_start;
+	*cpu_us = cpu_now_us() - cpu_start;
+
+	session_close(&a);
+	if (handoff)
+		session_close(&b);
+	return wall;
+}
+
+static void
+delete_parent(void)
+{
+	Session		s;
+	Op			op;
+
+	session_open(&s);
+	op_init(&op);
+	send_delete(s.zh, parent, &op);
+	pthread_mutex_lock(&op.mu);
+	while (!op.done)
+		pthread_cond_wait(&op.cv, &op.mu);
+	pthread_mutex_unlock(&op.mu);
+	if (op.rc != ZOK && op.rc != ZNONODE)
+		fprintf(stderr, "zkfloor: delete %s: %s\n", parent, zerror(op.rc));
+	session_close(&s);
+}
+
+int
+main(int argc, char **argv)
+{
+	const char *mode;
+	int			n,
+				reps,
+				warmup,
+				r;
+	double	   *times;
+	Session		setup;
+	char		host[256];
+
+	if (argc != 7)
+	{
+		fprintf(stderr, "usage: zkfloor HOSTS awaited|listed|pipelined|handoff N R WARMUP PARENT\n");
+		return 2;
+	}
+	hosts = argv[1];
+	mode = argv[2];
+	n = atoi(argv[3]);
+	reps = atoi(argv[4]);
+	warmup = atoi(argv[5]);
+	parent = argv[6];
+	if (n < 1 || reps < 1 || warmup < 0 || parent[0] != '/')
+		die("bad arguments");
+	if (strcmp(mode, "awaited") && strcmp(mode, "listed") &&
+		strcmp(mode, "pipelined") && strcmp(mode, "handoff"))
+		die("unknown mode %s", mode);
+
+	zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+	srandom((unsigned) getpid() ^ (unsigned) time(NULL));
+
+	/* zklock-like node name and data */
+	snprintf(prefix, sizeof(prefix),
+			 "%s/_c_%08lx-%04lx-4%03lx-8%03lx-%012lx-lock-", parent,
+			 random() & 0xffffffffL, random() & 0xffffL, random() & 0xfffL,
+			 random() & 0xfffL, ((unsigned long) random() << 16) & 0xffffffffffffL);
+	if (gethostname(host, sizeof(host)) != 0)
+		snprintf(host, sizeof(host), "localhost");
+	snprintf(node_data, sizeof(node_data),
+			 "{\"host\":\"%s\",\"port\":5432,\"pid\":%d,\"database\":\"postgres\","
+			 "\"user\":\"postgres\",\"application_name\":\"zkfloor\"}",
+			 host, (int) getpid());
+
+	session_open(&setup);
+	create_ancestors(setup.zh);
+	session_close(&setup);
+
+	times = calloc(n, sizeof(double));
+	if (!times)
+		die("out of memory");
+	for (r = 1; r <= reps; r++)
+	{
+		double		cpu_us;
+		double		wall = run_repeat(mode, n, warmup, times, &cpu_us);
+		double		p50;
+
+		qsort(times, n, sizeof(double), cmp_double);
+		p50 = (n % 2) ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+		printf("FLOOR mode=%s rep=%d n=%d mean_ms=%.4f p50_ms=%.4f min_ms=%.4f max_ms=%.4f cpu_us=%.1f\n",
+			   mode, r, n, wall / n, p50, times[0], times[n - 1], cpu_us / n);
+		fflush(stdout);
+	}
+	free(times);
+	delete_parent();
+	return 0;
+}
