@@ -40,8 +40,8 @@ sub zk_cluster
 # be followed by more.
 sub zk_session
 {
-	my ($node) = @_;
-	my $s = $node->background_psql('postgres', on_error_stop => 0);
+	my ($node, $dbname) = @_;
+	my $s = $node->background_psql($dbname // 'postgres', on_error_stop => 0);
 	$s->set_query_timer_restart();
 	my $pid = $s->query_safe('SELECT pg_backend_pid()');
 	chomp $pid;
