@@ -57,7 +57,12 @@ ensure_tables(void)
 static void
 make_key(char key[ZKH_KEY_MAX], const char *parent, bool shared)
 {
-	snprintf(key, ZKH_KEY_MAX, "%s%c", parent, shared ? 's' : 'x');
+	size_t		len = strlen(parent);
+
+	Assert(len + 2 <= ZKH_KEY_MAX);
+	memcpy(key, parent, len);
+	key[len] = shared ? 's' : 'x';
+	key[len + 1] = '\0';
 }
 
 static ZkHold *

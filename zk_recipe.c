@@ -31,6 +31,7 @@
  */
 #include "postgres.h"
 
+#include "common/pg_prng.h"
 #include "miscadmin.h"
 #include "utils/timestamp.h"
 
@@ -102,23 +103,46 @@ await_watch(Acquisition *acq, uint64 generation)
 	return false;
 }
 
+/*
+ * Node ids need to be unique, not secret: they are drawn from a generator
+ * seeded once per backend from the strong source, which costs a fraction of
+ * asking that source for every acquisition.
+ */
 static void
 make_guid(char guid[ZKN_GUID_LEN + 1])
 {
+	static pg_prng_state guid_state;
+	static bool guid_state_seeded = false;
+	static const char hex[] = "0123456789abcdef";
 	uint8		bytes[16];
+	uint64		half;
+	char	   *out = guid;
+	int			i;
 
-	if (!pg_strong_random(bytes, sizeof(bytes)))
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not generate a random lock node id")));
+	if (!guid_state_seeded)
+	{
+		if (!pg_prng_strong_seed(&guid_state))
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("could not generate a random lock node id")));
+		guid_state_seeded = true;
+	}
+	half = pg_prng_uint64(&guid_state);
+	memcpy(bytes, &half, 8);
+	half = pg_prng_uint64(&guid_state);
+	memcpy(bytes + 8, &half, 8);
 	/* RFC 4122 version 4, lowercase, as Curator writes it. */
 	bytes[6] = (bytes[6] & 0x0f) | 0x40;
 	bytes[8] = (bytes[8] & 0x3f) | 0x80;
-	snprintf(guid, ZKN_GUID_LEN + 1,
-			 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-			 bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5],
-			 bytes[6], bytes[7], bytes[8], bytes[9], bytes[10], bytes[11],
-			 bytes[12], bytes[13], bytes[14], bytes[15]);
+	for (i = 0; i < 16; i++)
+	{
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			*out++ = '-';
+		*out++ = hex[bytes[i] >> 4];
+		*out++ = hex[bytes[i] & 0x0f];
+	}
+	*out = '\0';
+	Assert(out - guid == ZKN_GUID_LEN);
 }
 
 static const char *

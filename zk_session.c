@@ -813,12 +813,26 @@ prepare_backend_resources(void)
 	}
 	if (wait_set == NULL)
 	{
-		wait_set = CreateWaitEventSet(TopMemoryContext, 3);
-		AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch,
-						  NULL);
-		AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET,
-						  NULL, NULL);
-		AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, wake_fd, NULL, NULL);
+		/* Kept only once complete: a partial set would never see wake_fd. */
+		WaitEventSet *set = CreateWaitEventSet(TopMemoryContext, 3);
+
+		PG_TRY();
+		{
+			AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch,
+							  NULL);
+			/* A single-user backend has no postmaster to watch. */
+			if (IsUnderPostmaster)
+				AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET,
+								  NULL, NULL);
+			AddWaitEventToSet(set, WL_SOCKET_READABLE, wake_fd, NULL, NULL);
+		}
+		PG_CATCH();
+		{
+			FreeWaitEventSet(set);
+			PG_RE_THROW();
+		}
+		PG_END_TRY();
+		wait_set = set;
 	}
 	if (!exit_callback_registered)
 	{
