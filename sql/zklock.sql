@@ -32,7 +32,7 @@ SELECT p.oid::regprocedure AS function, p.prorettype::regtype AS returns,
        p.provolatile, p.proparallel, p.proisstrict
 FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'zklock'
-ORDER BY 1::text;
+ORDER BY p.oid;
 
 -- Settings.
 SHOW zklock.root;
