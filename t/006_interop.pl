@@ -179,4 +179,36 @@ for my $kind ('kazoo', 'curator')
 	$s->quit;
 }
 
+# zklock's lock parents are containers, which the server removes once
+# nobody holds or waits.  A kazoo lock object creates its parent only the
+# first time it is used, so one kept across that meets NoNodeError (the
+# README's caveat); a new lock object per acquisition works.
+{
+	my $path = "$root/reaped";
+	my $s = zk_session($node);
+	my $reused = start_peer('kazoo-reused', $path);
+	run_sql($s, "SELECT zk_lock('reaped')");
+	peer_send($reused, 'try');
+	ok(peer_expect($reused, qr/^busy$/m), 'a reused kazoo lock object is excluded');
+	run_sql($s, "SELECT zk_unlock('reaped')");
+	ok(wait_until('the empty parent to be reaped',
+			sub { !grep { $_ eq 'reaped' } ZkTest::zk_children($root) }),
+		'the parent is reaped once empty');
+	peer_send($reused, 'try');
+	ok(peer_expect($reused, qr/^error: NoNodeError/m),
+		'the reused kazoo lock object then fails with NoNodeError');
+	peer_quit($reused);
+
+	my $fresh = start_peer('kazoo', $path);
+	peer_send($fresh, 'try');
+	ok(peer_expect($fresh, qr/^acquired$/m),
+		'a new kazoo lock object per acquisition works');
+	is(sql_try($s, "zk_try_lock('reaped')"), 'f', 'and excludes zklock');
+	peer_send($fresh, 'release');
+	peer_expect($fresh, qr/^released$/m);
+	peer_quit($fresh);
+	$s->quit;
+	ZkTest::zkinspect('delete', $path);
+}
+
 done_testing();

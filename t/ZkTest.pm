@@ -181,8 +181,10 @@ sub start_peer
 	else
 	{
 		my ($lock_kind) = $kind =~ /^kazoo-?(\w*)$/ or die "unknown peer $kind";
+		my @reuse = $lock_kind eq 'reused' ? ('--reuse-lock') : ();
+		$lock_kind = 'lock' if $lock_kind eq '' || $lock_kind eq 'reused';
 		@cmd = ('/usr/bin/python3', "$src/test/peer_kazoo.py", '--kind',
-			$lock_kind || 'lock', $hosts, $path);
+			$lock_kind, @reuse, $hosts, $path);
 	}
 	my $peer = { kind => $kind, in => '', out => '', err => '' };
 	$peer->{timer} = IPC::Run::timer($PostgreSQL::Test::Utils::timeout_default);

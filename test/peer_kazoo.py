@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A kazoo lock client that the zklock tests drive over stdin/stdout.
 
-Usage: peer_kazoo.py [--kind lock|read|write] HOSTS LOCKPATH
+Usage: peer_kazoo.py [--kind lock|read|write] [--reuse-lock] HOSTS LOCKPATH
 
 Connects to HOSTS, prints "ready", then reads one command per line and
 answers each with exactly one line:
@@ -29,6 +29,10 @@ answers "busy" (kazoo's own cleanup after a failed non-blocking acquire).
 End of input while "acquire" blocks cancels the wait (the node is deleted)
 and exits. SIGTERM closes the session, which removes the node at once,
 instead of leaving it until the session times out.
+
+Each acquire uses a new lock object, as the README advises kazoo users;
+--reuse-lock keeps one for the peer's life, as kazoo's examples do, to
+show what that meets when the lock's container parent is reaped.
 
 Logging goes to stderr at WARNING.
 """
@@ -64,9 +68,11 @@ def error(exc_or_msg):
 
 
 class Peer(object):
-    def __init__(self, zk, lock):
+    def __init__(self, zk, make_lock, reuse_lock):
         self.zk = zk
-        self.lock = lock
+        self.make_lock = make_lock
+        self.reuse_lock = reuse_lock
+        self.lock = make_lock()
         self.held = False
         self.commands = queue.Queue()
         self.state = threading.Lock()
@@ -95,6 +101,12 @@ class Peer(object):
             if blocking and self.eof:
                 return
             self.acquiring = blocking
+            # A kazoo lock creates its parent only the first time; zklock's
+            # parents are containers the server removes once empty, so a
+            # reused lock object can meet NoNodeError.  A fresh one per
+            # acquisition, as the README advises kazoo users.
+            if not self.reuse_lock:
+                self.lock = self.make_lock()
         try:
             got = self.lock.acquire(blocking=blocking)
         finally:
@@ -156,6 +168,7 @@ def main():
         description="kazoo lock peer for the zklock tests")
     parser.add_argument("--kind", choices=("lock", "read", "write"),
                         default="lock")
+    parser.add_argument("--reuse-lock", action="store_true")
     parser.add_argument("hosts")
     parser.add_argument("lockpath")
     args = parser.parse_args()
@@ -174,9 +187,9 @@ def main():
             return 1
         factory = {"lock": zk.Lock, "read": zk.ReadLock,
                    "write": zk.WriteLock}[args.kind]
-        lock = factory(args.lockpath, IDENTIFIER,
-                       extra_lock_patterns=EXTRA_LOCK_PATTERNS)
-        Peer(zk, lock).run()
+        Peer(zk, lambda: factory(args.lockpath, IDENTIFIER,
+                                 extra_lock_patterns=EXTRA_LOCK_PATTERNS),
+             args.reuse_lock).run()
         return 0
     finally:
         # Closing the session removes any node we still have right away.
