@@ -269,6 +269,13 @@ def proc_cpu_ticks(pid):
     return int(fields[11]) + int(fields[12])      # fields 14 and 15
 
 
+def main_thread_user_sys_ticks(pid):
+    """utime and stime of the main thread alone, from /proc/PID/task/PID/stat."""
+    with open("/proc/%d/task/%d/stat" % (pid, pid)) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]), int(fields[12])
+
+
 def proc_cpu_ns(pid):
     """CPU time, ns, from /proc/PID/task/*/schedstat: (main thread, the
     other live threads, i.e. the ZooKeeper client library's)."""
@@ -798,11 +805,13 @@ def leak_run():
         s.run("\\o /dev/null\n\\i %s\n\\o" % warm_f)
         base = proc_status(s.pid)
         t0, w0 = proc_cpu_ticks(s.pid), time.monotonic()
+        u0, k0 = main_thread_user_sys_ticks(s.pid)
         for i in range(LEAK_CHUNKS):
             s.run("\\o /dev/null\n\\i %s\n\\o" % chunk_f)
             samples.append(proc_status(s.pid)["VmRSS"] - base["VmRSS"])
         wall = time.monotonic() - w0
         t1 = proc_cpu_ticks(s.pid)
+        u1, k1 = main_thread_user_sys_ticks(s.pid)
         end = proc_status(s.pid)
         acq = int(s.value("SELECT acquisitions FROM zk_status()"))
     finally:
@@ -816,6 +825,8 @@ def leak_run():
         chunk, base["VmRSS"], " ".join(str(x) for x in samples))
     RES.add("leak_cycle_ms", wall * 1e3 / n)
     RES.add("cpu_zk_long_stat_us", (t1 - t0) * 1e6 / CLK_TCK / n)
+    RES.add("cpu_zk_main_user_us", (u1 - u0) * 1e6 / CLK_TCK / n)
+    RES.add("cpu_zk_main_sys_us", (k1 - k0) * 1e6 / CLK_TCK / n)
     log("RSS growth %d kB (anon %d kB) over %d cycles; samples %s; %.3f ms per cycle; CPU %.1f us per cycle"
         % (end["VmRSS"] - base["VmRSS"], end["RssAnon"] - base["RssAnon"], n, samples,
            wall * 1e3 / n, (t1 - t0) * 1e6 / CLK_TCK / n))
@@ -827,11 +838,15 @@ def leak_run():
     try:
         s.run("\\o /dev/null\n\\i %s\n\\o" % warm_adv)
         t0 = proc_cpu_ticks(s.pid)
+        u0, k0 = main_thread_user_sys_ticks(s.pid)
         s.run("\\o /dev/null\n\\i %s\n\\o" % adv_f)
         t1 = proc_cpu_ticks(s.pid)
+        u1, k1 = main_thread_user_sys_ticks(s.pid)
     finally:
         s.close()
     RES.add("cpu_adv_long_stat_us", (t1 - t0) * 1e6 / CLK_TCK / n)
+    RES.add("cpu_adv_user_us", (u1 - u0) * 1e6 / CLK_TCK / n)
+    RES.add("cpu_adv_sys_us", (k1 - k0) * 1e6 / CLK_TCK / n)
     RES.add("cpu_extra_long_stat_us",
             RES.values["cpu_zk_long_stat_us"][-1] - RES.values["cpu_adv_long_stat_us"][-1])
     log("advisory CPU %.1f us per cycle over %d cycles" % (RES.values["cpu_adv_long_stat_us"][-1], n))
@@ -1038,8 +1053,30 @@ def report(elapsed):
         key="cpu_adv_long_stat_us")
     row("cpu_extra_stat", med("cpu_extra_long_stat_us"), "us",
         "zklock - advisory, utime+stime", digits=1, key="cpu_extra_long_stat_us")
+    row("cpu_zk_main_user", med("cpu_zk_main_user_us"), "us",
+        "  the main thread's utime per zklock cycle in that run (advisory: %s)"
+        % fmt(med("cpu_adv_user_us"), 1), digits=1, key="cpu_zk_main_user_us")
+    row("cpu_zk_main_sys", med("cpu_zk_main_sys_us"), "us",
+        "  the main thread's stime (the kernel: system calls, wake-ups) (advisory: %s)"
+        % fmt(med("cpu_adv_sys_us"), 1), digits=1, key="cpu_zk_main_sys_us")
     row("leak_cycle", med("leak_cycle_ms"), "ms",
         "zklock cycle time during that run (psql \\i)", key="leak_cycle_ms")
+
+    heading("Instructions per session cycle in the backend's main thread (callgrind)")
+    ir = med("ir_zk_cycle")
+    row("ir_zk_cycle", ir, "instr",
+        "inside zk_lock + zk_unlock and all they call, asleep time excluded", digits=0)
+    for k, what in (("zklock", "zklock's code"), ("postgres", "PostgreSQL functions"),
+                    ("libc", "libc (malloc, locks, strings; the library's too)"),
+                    ("library", "the client library's request calls (zoo_acreate, ...)")):
+        row("ir_zk_" + k, med("ir_zk_" + k), "instr", "  of it, in " + what, digits=0)
+    row("ir_adv_cycle", med("ir_adv_cycle"), "instr",
+        "inside pg_advisory_lock + pg_advisory_unlock", digits=0)
+    row("zk_own_us", med("zk_own_us"), "us",
+        "zk_lock + zk_unlock's own work per cycle, at the rate this machine runs a PL/pgSQL "
+        "pg_advisory_lock loop (%s instructions/us); the kernel's share of its system calls "
+        "and wake-ups is not in it" % fmt(med("ir_per_us"), 0), digits=1,
+        goal="a few us", met=None if ir is None else med("zk_own_us") < 10)
 
     lines = []
     lines.append("zklock benchmark: R=%d repeats (median shown), N=%d cycles per measurement%s"
@@ -1118,6 +1155,19 @@ def report(elapsed):
     return missed
 
 
+def read_instructions():
+    """The callgrind figures bench/instructions.py wrote before the run."""
+    path = os.environ.get("BENCH_IR_FILE")
+    if not path or not os.path.exists(path):
+        RES.fail("no instruction counts (bench/instructions.py did not run)")
+        return
+    with open(path) as f:
+        for line in f:
+            if line.startswith("IR "):
+                name, value = line[3:].strip().split("=", 1)
+                RES.add(name, float(value))
+
+
 SQL = {}
 
 
@@ -1136,6 +1186,7 @@ def main():
                                   "SELECT pg_advisory_lock(2);\nSELECT pg_advisory_unlock(2);\n")
 
     log("zklock benchmark: R=%d N=%d quick=%s, ensemble %s" % (R, N, QUICK, ZK_HOSTS))
+    read_instructions()
     digest = RES.digest = library_digest()
     calibrate_mntr()
     # The "load" variant of the first-lock figure relies on this.
