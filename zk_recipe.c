@@ -13,7 +13,9 @@
  * exclusive contender with the lowest sequence holds the lock; any other
  * waits for a watch on its immediate predecessor only, then lists again,
  * because the predecessor may have been a waiter that gave up rather than
- * the holder.  A shared contender holds the lock when no exclusive one is
+ * the holder.  The watcher sends that listing itself, from the library's
+ * thread, so a handoff does not wait for the backend to wake up before its
+ * read.  A shared contender holds the lock when no exclusive one is
  * ahead of it, and otherwise watches the nearest exclusive one ahead.
  *
  * The uuid is fresh for each acquisition and kept across its retries.
@@ -400,6 +402,8 @@ wait_in_queue(Acquisition *acq, bool wait)
 		int			rc;
 
 		if (acq->list == NULL)
+			acq->list = zks_take_listing();
+		if (acq->list == NULL)
 			acq->list = zks_get_children(acq->parent);
 		if (!await_reply(acq, acq->list))
 			return false;
@@ -427,7 +431,7 @@ wait_in_queue(Acquisition *acq, bool wait)
 		/* A get-data watch: an exists watch on a gone node would linger. */
 		acq->waited = true;
 		generation = zks_watch_generation();
-		acq->watch = zks_watch_data(predecessor);
+		acq->watch = zks_watch_then_list(predecessor, acq->parent);
 		if (!await_reply(acq, acq->watch))
 			return false;
 		rc = acq->watch->rc;
@@ -458,6 +462,7 @@ abandon(Acquisition *acq)
 	release_request(&acq->create);
 	release_request(&acq->list);
 	release_request(&acq->watch);
+	zks_cancel_listing();
 	for (i = 0; i < acq->npath_creates; i++)
 		release_request(&acq->path_creates[i]);
 

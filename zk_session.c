@@ -68,6 +68,23 @@ static uint64 watch_generation = 0;
 static uint64 connect_count = 0;
 
 /*
+ * A waiter's next listing of its queue, sent by the watcher itself when the
+ * node the waiter watches changes, so the read that decides the handoff
+ * does not first wait for the backend to wake up.  Armed by
+ * zks_watch_then_list; claimed by the watcher, which moves the request to
+ * listing_sent and owns the rest; taken by the backend (zks_take_listing).
+ */
+typedef struct PendingListing
+{
+	char	   *watched;
+	char	   *parent;
+	ZkRequest  *listing;
+} PendingListing;
+
+static PendingListing *listing_armed = NULL;
+static ZkRequest *listing_sent = NULL;
+
+/*
  * The loss watchdog: a plain thread that notices when the session has been
  * cut off for as long as its timeout (no library event says so) or has
  * expired, and then, if a transaction holds zklocks, cancels the running
@@ -161,11 +178,14 @@ drain_wake_fd(void)
 		;
 }
 
+static void send_claimed_listing(zhandle_t *handle, PendingListing *claimed);
+
 /*
  * The watcher for session events and for the watches the recipe sets.  A
  * watch carries no context: any watch firing bumps a generation counter and
  * the waiting backend re-reads the queue, so a stale watch from an earlier
- * wait costs one harmless re-read.
+ * wait costs one harmless re-read.  A watch on the node a waiter watches
+ * now also sends the waiter's listing (see PendingListing).
  */
 static void
 session_watcher(zhandle_t *handle, int type, int state, const char *path,
@@ -173,8 +193,16 @@ session_watcher(zhandle_t *handle, int type, int state, const char *path,
 {
 	bool		reconnected = false;
 	int			timeout = zoo_recv_timeout(handle);
+	PendingListing *claimed = NULL;
 
 	pthread_mutex_lock(&zks_mutex);
+	if (type != ZOO_SESSION_EVENT && listing_armed != NULL && path != NULL &&
+		strcmp(path, listing_armed->watched) == 0)
+	{
+		claimed = listing_armed;
+		listing_armed = NULL;
+		listing_sent = claimed->listing;
+	}
 	if (type == ZOO_SESSION_EVENT)
 	{
 		conn_state = state;
@@ -200,6 +228,8 @@ session_watcher(zhandle_t *handle, int type, int state, const char *path,
 	pthread_cond_signal(&watchdog_cond);
 	pthread_mutex_unlock(&zks_mutex);
 
+	if (claimed)
+		send_claimed_listing(handle, claimed);
 	if (reconnected)
 		janitor_kick(handle);
 	zks_wake_backend();
@@ -422,6 +452,90 @@ zks_watch_data(const char *path)
 						  zoo_awget(zks_zh, path, session_watcher, NULL,
 									data_done, req),
 						  "watch", path);
+}
+
+static void
+pending_listing_free(PendingListing *pending)
+{
+	free(pending->watched);
+	free(pending->parent);
+	free(pending);
+}
+
+/* On the completion thread, the mutex not held: the library is called. */
+static void
+send_claimed_listing(zhandle_t *handle, PendingListing *claimed)
+{
+	int			rc = zoo_aget_children(handle, claimed->parent, 0,
+									   children_done, claimed->listing);
+
+	/* Unless refused outright, the library completes the request. */
+	if (rc != ZOK && zks_refused_outright(rc))
+		request_finish(claimed->listing, rc);
+	pending_listing_free(claimed);
+}
+
+/*
+ * Watch a node as zks_watch_data does, and have the watcher list parent as
+ * soon as the node changes or goes.  The backend picks that listing up with
+ * zks_take_listing once the watch generation moves.
+ */
+ZkRequest *
+zks_watch_then_list(const char *watched, const char *parent)
+{
+	PendingListing *pending = malloc(sizeof(PendingListing));
+
+	if (pending != NULL)
+	{
+		pending->watched = strdup(watched);
+		pending->parent = strdup(parent);
+		pending->listing = calloc(1, sizeof(ZkRequest));
+		if (!pending->watched || !pending->parent || !pending->listing)
+		{
+			free(pending->listing);
+			pending_listing_free(pending);
+			pending = NULL;
+		}
+	}
+	if (pending == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	zks_cancel_listing();
+	pthread_mutex_lock(&zks_mutex);
+	listing_armed = pending;
+	pthread_mutex_unlock(&zks_mutex);
+	return zks_watch_data(watched);
+}
+
+/*
+ * The listing the watcher sent (in flight, or finished), or NULL if it sent
+ * none; either way nothing stays armed.
+ */
+ZkRequest *
+zks_take_listing(void)
+{
+	PendingListing *unsent;
+	ZkRequest  *sent;
+
+	pthread_mutex_lock(&zks_mutex);
+	unsent = listing_armed;
+	listing_armed = NULL;
+	sent = listing_sent;
+	listing_sent = NULL;
+	pthread_mutex_unlock(&zks_mutex);
+	if (unsent)
+	{
+		request_free(unsent->listing);
+		pending_listing_free(unsent);
+	}
+	return sent;
+}
+
+void
+zks_cancel_listing(void)
+{
+	zks_release_request(zks_take_listing());
 }
 
 /*
@@ -1000,6 +1114,7 @@ zks_close(void)
 	}
 	if (handle == NULL)
 		return;
+	zks_cancel_listing();
 	pthread_mutex_lock(&zks_mutex);
 	zks_zh = NULL;
 	janitor_clear_locked();

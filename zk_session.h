@@ -70,6 +70,9 @@ extern ZkRequest *zks_get_data(const char *path);
 extern const char *zks_current_server(void);
 extern int	zks_negotiated_timeout(void);
 extern ZkRequest *zks_watch_data(const char *path);
+extern ZkRequest *zks_watch_then_list(const char *watched, const char *parent);
+extern ZkRequest *zks_take_listing(void);
+extern void zks_cancel_listing(void);
 extern bool zks_await(ZkRequest *req, TimestampTz deadline);
 extern void zks_release_request(ZkRequest *req);
 
