@@ -16,6 +16,9 @@ Usage: zkinspect.py HOSTS COMMAND PATH [ARGS]
   try-delete PATH            try to delete PATH alone; print "ok" or the
                              error's class name (exit 0 either way)
   try-set PATH DATA          likewise for setting PATH's data
+  try-children PATH          likewise for listing PATH's children: the
+                             sorted names, one per line, or the error's
+                             class name
   expire SESSION:PASSWORD    join the session with this id and password
                              (both hex) and close it, which expires it for
                              its owner, as Curator's tests do
@@ -93,7 +96,7 @@ def main(argv):
     hosts, cmd, path, args = argv[1], argv[2], argv[3], argv[4:]
     nargs = {"children": 0, "get": 0, "stat": 0, "tree": 0,
              "delete": 0, "wait-children": 2, "expire": 0,
-             "try-delete": 0, "try-set": 1}
+             "try-delete": 0, "try-set": 1, "try-children": 0}
     if cmd == "create":
         if len(args) > 1:
             usage()
@@ -148,6 +151,13 @@ def main(argv):
                 zk.retry(zk.create, path, data, makepath=True)
             except NodeExistsError:
                 fail("%s: node exists" % path)
+        elif cmd == "try-children":
+            try:
+                names = sorted(zk.get_children(path))
+            except Exception as e:  # the class name is the answer
+                names = [type(e).__name__]
+            for name in names:
+                print(name)
         elif cmd in ("try-delete", "try-set"):
             try:
                 if cmd == "try-delete":
