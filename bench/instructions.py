@@ -24,6 +24,7 @@ rate.  Writes "IR name=value" lines to OUTFILE.
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -145,7 +146,7 @@ results["zk_own_us_without_library"] = (results["ir_zk_cycle"] - results["ir_zk_
 with open(OUTFILE, "w") as f:
     for k, v in results.items():
         f.write("IR %s=%.3f\n" % (k, v))
-subprocess.run(["rm", "-rf", WORK])
+shutil.rmtree(WORK)
 print("   zk_lock + zk_unlock: %.0f instructions per cycle (%.1f us at %.0f per us); "
       "pg_advisory_lock + unlock: %.0f"
       % (results["ir_zk_cycle"], results["zk_own_us"], rate, results["ir_adv_cycle"]))

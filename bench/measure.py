@@ -236,16 +236,24 @@ class Psql(object):
         return rows[0]
 
     def close(self):
-        if self.p.poll() is None:
-            try:
-                self.p.stdin.close()
-            except BrokenPipeError:
-                pass
-            try:
-                self.p.wait(30)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
+        end_process(self.p)
+
+
+def end_process(p, goodbye=None):
+    """Close a client's stdin (after a last word), wait, kill if it hangs."""
+    if p.poll() is not None:
+        return
+    try:
+        if goodbye:
+            p.stdin.write(goodbye)
+        p.stdin.close()
+    except BrokenPipeError:
+        pass
+    try:
+        p.wait(30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
 
 
 def psql_one(sql):
@@ -449,17 +457,7 @@ class Peer(object):
         return float(kv(line)["mean_ms"])
 
     def close(self):
-        if self.p.poll() is None:
-            try:
-                self.p.stdin.write("quit\n")
-                self.p.stdin.close()
-            except BrokenPipeError:
-                pass
-            try:
-                self.p.wait(30)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
+        end_process(self.p, "quit\n")
 
 
 def reentrant(rep):
