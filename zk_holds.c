@@ -100,7 +100,7 @@ zkh_reserve(const char *parent, bool shared, const char *name)
 	strlcpy(hold->name, name, sizeof(hold->name));
 	hold->node.path[0] = '\0';
 	hold->node.czxid = 0;
-	hold->connect_count = zks_connect_count();
+	hold->contact_epoch = zks_contact_epoch();
 	hold->session_count = 0;
 	hold->xact_count = 0;
 	hold->xact_subids = NULL;
@@ -304,7 +304,7 @@ move_to_lost(ZkHold *hold)
 		lost->since = hold->since;
 		strlcpy(lost->name, hold->name, sizeof(lost->name));
 		lost->node = hold->node;
-		lost->connect_count = hold->connect_count;
+		lost->contact_epoch = hold->contact_epoch;
 		lost->session_count = 0;
 		lost->xact_count = 0;
 		lost->xact_subids = NULL;
@@ -352,23 +352,42 @@ zkh_mark_all_lost(void)
 	pfree(names.data);
 }
 
-/* Names of the locks held at transaction level, for messages. */
-char *
-zkh_xact_hold_names(void)
+static void
+append_xact_hold_names(StringInfo names, HTAB *table)
 {
 	HASH_SEQ_STATUS status;
 	ZkHold	   *hold;
+
+	if (table == NULL)
+		return;
+	hash_seq_init(&status, table);
+	while ((hold = hash_seq_search(&status)) != NULL)
+		if (hold->xact_count > 0)
+			append_name(names, hold->name);
+}
+
+/* Names of the locks held at transaction level, live or lost, for messages. */
+char *
+zkh_xact_hold_names(void)
+{
 	StringInfoData names;
 
 	initStringInfo(&names);
-	if (holds)
-	{
-		hash_seq_init(&status, holds);
-		while ((hold = hash_seq_search(&status)) != NULL)
-			if (hold->xact_count > 0)
-				append_name(&names, hold->name);
-	}
+	append_xact_hold_names(&names, holds);
+	append_xact_hold_names(&names, lost_holds);
 	return names.data;
+}
+
+/*
+ * Inside the pre-commit checks.  A loss cancel can land there (any WARNING
+ * services interrupts), and must then read as the refused commit it is.
+ */
+static bool committing = false;
+
+bool
+zkh_committing(void)
+{
+	return committing;
 }
 
 /*
@@ -453,10 +472,10 @@ confirm_xact_holds(void)
 	while ((hold = hash_seq_search(&status)) != NULL)
 	{
 		if (hold->xact_count == 0 ||
-			hold->connect_count == zks_connect_count())
+			hold->contact_epoch == zks_contact_epoch())
 			continue;
 		if (zkr_verify(hold->node.path))
-			hold->connect_count = zks_connect_count();
+			hold->contact_epoch = zks_contact_epoch();
 		else
 		{
 			append_name(&lost_names, hold->name);
@@ -474,24 +493,16 @@ confirm_xact_holds(void)
 static void
 refuse_commit_of_lost_holds(void)
 {
-	HASH_SEQ_STATUS status;
-	ZkHold	   *hold;
 	StringInfoData names;
 
-	if (lost_holds == NULL)
-		return;
 	initStringInfo(&names);
-	hash_seq_init(&status, lost_holds);
-	while ((hold = hash_seq_search(&status)) != NULL)
-		if (hold->xact_count > 0)
-			append_name(&names, hold->name);
+	append_xact_hold_names(&names, lost_holds);
 	if (names.len > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_TRANSACTION_ROLLBACK),
-				 errmsg("cannot commit: zklock lost transaction-level lock %s",
-						names.data),
-				 errdetail("The ZooKeeper session expired or was cut off for longer than its timeout while the transaction held the lock."),
-				 errhint("The transaction is rolled back.  Retry it under a new lock.")));
+				 errmsg(ZKH_CANNOT_COMMIT_MSG, names.data),
+				 errdetail(ZKH_CANNOT_COMMIT_DETAIL),
+				 errhint(ZKH_CANNOT_COMMIT_HINT)));
 	pfree(names.data);
 }
 
@@ -561,9 +572,11 @@ zkh_xact_callback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
+			committing = true;
 			if (has_xact_holds_in(holds))
 				confirm_xact_holds();
 			refuse_commit_of_lost_holds();
+			committing = false;
 			break;
 		case XACT_EVENT_PRE_PREPARE:
 			/* A ZooKeeper lock cannot outlive this backend's session. */
@@ -577,6 +590,7 @@ zkh_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
+			committing = false;
 			end_xact_holds(InvalidSubTransactionId, true);
 			/* A loss cancel that never reached a statement is moot now. */
 			(void) zks_take_loss_cancel();

@@ -17,6 +17,14 @@
 /* Hash key: the lock's parent path and a mode suffix. */
 #define ZKH_KEY_MAX			(ZKR_PARENT_MAX + 2)
 
+/* The refused COMMIT of a transaction whose zklock was lost. */
+#define ZKH_CANNOT_COMMIT_MSG \
+	"cannot commit: zklock lost transaction-level lock %s"
+#define ZKH_CANNOT_COMMIT_DETAIL \
+	"The ZooKeeper session expired or was cut off for longer than its timeout while the transaction held the lock."
+#define ZKH_CANNOT_COMMIT_HINT \
+	"The transaction is rolled back.  Retry it under a new lock."
+
 typedef struct ZkHold
 {
 	char		key[ZKH_KEY_MAX];	/* hash key */
@@ -24,7 +32,7 @@ typedef struct ZkHold
 	char		name[ZKN_NAME_MAX + 1]; /* the lock name, for messages */
 	bool		shared;
 	ZkLockNode	node;			/* path[0] is '\0' while being acquired */
-	uint64		connect_count;	/* session connects when last known ours */
+	uint64		contact_epoch;	/* zks_contact_epoch when last known ours */
 	TimestampTz since;			/* when granted */
 	int			session_count;
 	int			xact_count;
@@ -43,6 +51,7 @@ extern void zkh_release_all_session_holds(void);
 extern bool zkh_is_empty(void);
 extern void zkh_mark_all_lost(void);
 extern char *zkh_xact_hold_names(void);
+extern bool zkh_committing(void);
 extern int64 zkh_token(const char *parent);
 extern int	zkh_list(ZkHold **holds_out, bool **lost_out);
 extern int64 zkh_losses(void);

@@ -532,7 +532,8 @@ zkr_acquire(const char *parent, bool shared, const char *other_node,
 
 /*
  * Is this node still there and owned by our session?  Used after a
- * reconnect, before a transaction that holds it commits.
+ * reconnect or a freeze of the process, before a transaction that holds it
+ * commits.
  */
 bool
 zkr_verify(const char *node_path)
@@ -557,7 +558,8 @@ zkr_verify(const char *node_path)
 		ours = rc == ZOK && req->stat.ephemeralOwner == zks_session_id();
 		zks_release_request(req);
 
-		if (rc == ZOK || rc == ZNONODE)
+		/* A session found expired holds nothing. */
+		if (rc == ZOK || rc == ZNONODE || rc == ZSESSIONEXPIRED)
 			return ours;
 		if (!is_retryable(rc))
 			zks_report_error(rc, "check", node_path);

@@ -68,6 +68,16 @@ static uint64 watch_generation = 0;
 static uint64 connect_count = 0;
 
 /*
+ * A frozen process (SIGSTOP, a paused VM) hears nothing from ZooKeeper, and
+ * on waking the library still says "connected" until its I/O thread looks;
+ * the session may have expired meanwhile.  The watchdog turns every quarter
+ * session timeout, and a gap of half a timeout between turns counts as a
+ * freeze, so holds are verified again as after a reconnect.
+ */
+static struct timespec last_turn;
+static uint64 freeze_count = 0;
+
+/*
  * A waiter's next listing of its queue, sent by the watcher itself when the
  * node the waiter watches changes, so the read that decides the handoff
  * does not first wait for the backend to wake up.  Armed by
@@ -583,6 +593,26 @@ sleep_for_event(long timeout_ms, bool interruptible)
 		CHECK_FOR_INTERRUPTS();
 }
 
+static int64
+ms_since(const struct timespec *then, const struct timespec *now)
+{
+	return (int64) (now->tv_sec - then->tv_sec) * 1000 +
+		(now->tv_nsec - then->tv_nsec) / 1000000;
+}
+
+/* A turn of the watchdog, or a look by the backend: notice a freeze. */
+static void
+note_turn_locked(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (negotiated_timeout > 0 && last_turn.tv_sec != 0 &&
+		ms_since(&last_turn, &now) > negotiated_timeout / 2)
+		freeze_count++;
+	last_turn = now;
+}
+
 /*
  * Has the session been cut off for as long as its timeout?  The server has
  * then expired it, even though the library can only say so after it
@@ -597,8 +627,7 @@ cut_off_too_long_locked(void)
 	if (conn_state == ZOO_CONNECTED_STATE || !ever_connected)
 		return false;
 	clock_gettime(CLOCK_MONOTONIC, &now);
-	elapsed_ms = (int64) (now.tv_sec - disconnected_at.tv_sec) * 1000 +
-		(now.tv_nsec - disconnected_at.tv_nsec) / 1000000;
+	elapsed_ms = ms_since(&disconnected_at, &now);
 	return elapsed_ms >= negotiated_timeout;
 }
 
@@ -644,16 +673,20 @@ zks_is_lost(void)
 	return zks_zh != NULL && zks_state() == ZKS_LOST;
 }
 
-/* How many times the session has (re)connected; changes on reconnect. */
+/*
+ * Changes whenever our nodes may have gone unseen: on a reconnect, and when
+ * the process was frozen for half a session timeout.
+ */
 uint64
-zks_connect_count(void)
+zks_contact_epoch(void)
 {
-	uint64		count;
+	uint64		epoch;
 
 	pthread_mutex_lock(&zks_mutex);
-	count = connect_count;
+	note_turn_locked();
+	epoch = connect_count + freeze_count;
 	pthread_mutex_unlock(&zks_mutex);
-	return count;
+	return epoch;
 }
 
 static void
@@ -725,6 +758,7 @@ watchdog_main(void *arg)
 	pthread_mutex_lock(&zks_mutex);
 	while (!watchdog_stop)
 	{
+		note_turn_locked();
 		if (lost_locked())
 		{
 			if (!loss_acted_on)
@@ -752,6 +786,16 @@ watchdog_main(void *arg)
 				until.tv_sec++;
 				until.tv_nsec -= 1000000000;
 			}
+			pthread_cond_timedwait(&watchdog_cond, &zks_mutex, &until);
+		}
+		else if (negotiated_timeout > 0)
+		{
+			struct timespec until;
+
+			clock_gettime(CLOCK_MONOTONIC, &until);
+			until.tv_nsec += (long) (negotiated_timeout / 4) * 1000000;
+			until.tv_sec += until.tv_nsec / 1000000000;
+			until.tv_nsec %= 1000000000;
 			pthread_cond_timedwait(&watchdog_cond, &zks_mutex, &until);
 		}
 		else
@@ -1027,6 +1071,7 @@ zks_open(void)
 		loss_acted_on = false;
 		declared_lost = false;
 		loss_cancel_sent = false;
+		last_turn.tv_sec = 0;
 		pthread_mutex_unlock(&zks_mutex);
 
 		/* Threads inherit this mask: keep our signals off them. */

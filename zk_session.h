@@ -54,7 +54,7 @@ extern bool zks_is_open(void);
 extern ZksState zks_state(void);
 extern bool zks_is_lost(void);
 extern bool zks_wait_while_unsure(void);
-extern uint64 zks_connect_count(void);
+extern uint64 zks_contact_epoch(void);
 extern void zks_set_cancel_on_loss(bool cancel);
 extern bool zks_take_loss_cancel(void);
 extern bool zks_settings_changed(void);

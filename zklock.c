@@ -69,7 +69,8 @@ void		_PG_init(void);
 
 /*
  * When the loss watchdog cancels a statement because a transaction's lock
- * was lost, say so instead of "canceling statement due to user request".
+ * was lost, say so instead of "canceling statement due to user request";
+ * during COMMIT, say that the commit is refused, as it is.
  */
 static void
 explain_loss_cancel(ErrorData *edata)
@@ -79,10 +80,22 @@ explain_loss_cancel(ErrorData *edata)
 	{
 		char	   *names = zkh_xact_hold_names();
 
-		edata->message = psprintf("canceling statement because zklock lost transaction-level lock %s",
-								  names[0] ? names : "(none left)");
-		edata->detail = pstrdup("The ZooKeeper session expired or was cut off for longer than its timeout; another client may hold the lock now.");
-		edata->hint = pstrdup("The transaction cannot commit.  Roll it back and retry it under a new lock.");
+		if (names[0] == '\0')
+			names = "(none left)";
+		if (zkh_committing())
+		{
+			edata->sqlerrcode = ERRCODE_TRANSACTION_ROLLBACK;
+			edata->message = psprintf(ZKH_CANNOT_COMMIT_MSG, names);
+			edata->detail = pstrdup(ZKH_CANNOT_COMMIT_DETAIL);
+			edata->hint = pstrdup(ZKH_CANNOT_COMMIT_HINT);
+		}
+		else
+		{
+			edata->message = psprintf("canceling statement because zklock lost transaction-level lock %s",
+									  names);
+			edata->detail = pstrdup("The ZooKeeper session expired or was cut off for longer than its timeout; another client may hold the lock now.");
+			edata->hint = pstrdup("The transaction cannot commit.  Roll it back and retry it under a new lock.");
+		}
 	}
 	if (prev_emit_log_hook)
 		prev_emit_log_hook(edata);
