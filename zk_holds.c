@@ -3,32 +3,62 @@
  * zk_holds.c
  *	  The table of zklocks this backend holds.
  *
- * Holds stack as advisory locks do.  One lock node serves every hold on a
- * name, session and transaction level alike, so a repeated acquire costs no
- * ZooKeeper request; the node is deleted when the last hold ends.
+ * One entry per lock name, with a slot for each mode.  Holds stack as
+ * advisory locks do.  One lock node serves every hold of a mode, session
+ * and transaction level alike, so a repeated acquire costs no ZooKeeper
+ * request.
+ *
+ * A mode's node is deleted when its last hold ends, with one exception
+ * that the queue rules need (zk_queue.c): while the other mode is still
+ * held, a node created before the other mode's node stays, holding the
+ * backend's place in the queue, so no client queued between the two nodes
+ * is granted beside the later one.  It goes with the last hold on the name,
+ * and a new acquire of its mode meanwhile takes it up again at no cost.
  *
  * Each transaction hold remembers the subtransaction that took it, so
  * ROLLBACK TO a savepoint ends the holds taken after it, and RELEASE
  * SAVEPOINT passes them to the parent.  COMMIT and ABORT end all of them;
- * those callbacks run with interrupts held and must not raise an ERROR, so
- * they only hand the nodes to the janitor and wait a bounded time.
+ * those callbacks run after the commit record, with interrupts held, and
+ * must not raise an ERROR: they allocate nothing from PostgreSQL, hand the
+ * nodes to the janitor and wait a bounded time.
  *
- * When the ZooKeeper session is lost, every hold moves to a second table of
- * lost holds.  They keep their counts so that zk_unlock can say the lock was
- * lost, and so that a transaction holding a lost lock cannot commit: the
- * pre-commit callback raises an ERROR naming it.  Ending them (unlock,
- * unlock_all, transaction end) just forgets them.
+ * When the ZooKeeper session is lost, every entry moves to a second table
+ * of lost holds.  They keep their counts so that zk_unlock can say the
+ * lock was lost, and so that a transaction holding a lost lock cannot
+ * commit: the pre-commit callback raises an ERROR naming it.  Ending them
+ * (unlock, unlock_all, transaction end) just forgets them.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "zk_holds.h"
 #include "zk_session.h"
+
+typedef struct HoldMode
+{
+	ZkLockNode	node;			/* path[0] is '\0' when there is none */
+	bool		acquiring;		/* zkh_acquire is filling the node in */
+	int			session_count;
+	int			xact_count;
+	SubTransactionId *xact_subids;	/* subtransaction of each xact hold */
+	int			xact_alloc;
+	TimestampTz since;			/* when the node was granted */
+	uint64		contact_epoch;	/* zks_contact_epoch when last known ours */
+} HoldMode;
+
+typedef struct LockEntry
+{
+	char		parent[ZKR_PARENT_MAX];	/* hash key */
+	char	   *name;			/* the lock name, for messages */
+	HoldMode	modes[2];		/* indexed by shared */
+} LockEntry;
 
 static HTAB *holds = NULL;
 static HTAB *lost_holds = NULL;
@@ -39,8 +69,8 @@ make_table(const char *name)
 {
 	HASHCTL		ctl;
 
-	ctl.keysize = ZKH_KEY_MAX;
-	ctl.entrysize = sizeof(ZkHold);
+	ctl.keysize = ZKR_PARENT_MAX;
+	ctl.entrysize = sizeof(LockEntry);
 	return hash_create(name, 16, &ctl, HASH_ELEM | HASH_STRINGS);
 }
 
@@ -53,189 +83,257 @@ ensure_tables(void)
 		lost_holds = make_table("zklock lost holds");
 }
 
-/* A lock name's two modes are separate locks, with separate nodes. */
-static void
-make_key(char key[ZKH_KEY_MAX], const char *parent, bool shared)
+static LockEntry *
+find_in(HTAB *table, const char *parent)
 {
-	size_t		len = strlen(parent);
-
-	Assert(len + 2 <= ZKH_KEY_MAX);
-	memcpy(key, parent, len);
-	key[len] = shared ? 's' : 'x';
-	key[len + 1] = '\0';
-}
-
-static ZkHold *
-find_in(HTAB *table, const char *parent, bool shared)
-{
-	char		key[ZKH_KEY_MAX];
-
 	if (table == NULL)
 		return NULL;
-	make_key(key, parent, shared);
-	return hash_search(table, key, HASH_FIND, NULL);
+	return hash_search(table, parent, HASH_FIND, NULL);
 }
 
-ZkHold *
-zkh_find(const char *parent, bool shared)
+/* Find or make an entry; a new one has no node and no hold. */
+static LockEntry *
+enter(HTAB *table, const char *parent, const char *name)
 {
-	return find_in(holds, parent, shared);
-}
-
-/* Make an entry for a lock about to be acquired. */
-ZkHold *
-zkh_reserve(const char *parent, bool shared, const char *name)
-{
-	ZkHold	   *hold;
-	char		key[ZKH_KEY_MAX];
+	LockEntry  *entry;
 	bool		found;
+	char	   *name_copy = MemoryContextStrdup(TopMemoryContext, name);
 
-	ensure_tables();
-	make_key(key, parent, shared);
-	hold = hash_search(holds, key, HASH_ENTER, &found);
-	Assert(!found);
-	strlcpy(hold->parent, parent, sizeof(hold->parent));
-	hold->shared = shared;
-	hold->since = 0;
-	strlcpy(hold->name, name, sizeof(hold->name));
-	hold->node.path[0] = '\0';
-	hold->node.czxid = 0;
-	hold->contact_epoch = zks_contact_epoch();
-	hold->session_count = 0;
-	hold->xact_count = 0;
-	hold->xact_subids = NULL;
-	hold->xact_alloc = 0;
-	return hold;
+	entry = hash_search(table, parent, HASH_ENTER, &found);
+	if (found)
+		pfree(name_copy);
+	else
+	{
+		entry->name = name_copy;
+		memset(entry->modes, 0, sizeof(entry->modes));
+	}
+	return entry;
+}
+
+static int
+hold_count(const HoldMode *mode)
+{
+	return mode->session_count + mode->xact_count;
+}
+
+static bool
+has_node(const HoldMode *mode)
+{
+	return mode->node.path[0] != '\0';
 }
 
 static void
-reserve_subids(ZkHold *hold, int needed)
+remove_entry(HTAB *table, LockEntry *entry)
+{
+	int			m;
+
+	for (m = 0; m < 2; m++)
+		if (entry->modes[m].xact_subids)
+			pfree(entry->modes[m].xact_subids);
+	pfree(entry->name);
+	hash_search(table, entry->parent, HASH_REMOVE, NULL);
+}
+
+static void
+reserve_subids(HoldMode *mode, int needed)
 {
 	int			alloc;
 
-	if (needed <= hold->xact_alloc)
+	if (needed <= mode->xact_alloc)
 		return;
-	alloc = Max(needed, Max(4, hold->xact_alloc * 2));
+	alloc = Max(needed, Max(4, mode->xact_alloc * 2));
 	/* Record the new size only once the memory is there. */
-	if (hold->xact_subids == NULL)
-		hold->xact_subids = MemoryContextAlloc(TopMemoryContext,
+	if (mode->xact_subids == NULL)
+		mode->xact_subids = MemoryContextAlloc(TopMemoryContext,
 											   alloc * sizeof(SubTransactionId));
 	else
-		hold->xact_subids = repalloc(hold->xact_subids,
+		mode->xact_subids = repalloc(mode->xact_subids,
 									 alloc * sizeof(SubTransactionId));
-	hold->xact_alloc = alloc;
+	mode->xact_alloc = alloc;
 }
 
-/*
- * Make room for one more transaction hold, so that zkh_add_hold, which runs
- * once the lock is ours, cannot fail.
- */
-void
-zkh_prepare_hold(ZkHold *hold)
+/* Room for the hold was reserved by the caller, so this cannot fail. */
+static void
+add_hold(HoldMode *mode, bool xact)
 {
-	reserve_subids(hold, hold->xact_count + 1);
+	if (xact)
+	{
+		Assert(mode->xact_count < mode->xact_alloc);
+		mode->xact_subids[mode->xact_count++] = GetCurrentSubTransactionId();
+		if (mode->xact_count == 1)
+			zks_set_cancel_on_loss(true);
+	}
+	else
+		mode->session_count++;
 }
 
-/* A loss should cancel the running statement only in a critical section. */
+/* A loss should cancel the running statement only while a xact hold lives. */
 static void
 update_cancel_on_loss(void)
 {
 	HASH_SEQ_STATUS status;
-	ZkHold	   *hold;
+	LockEntry  *entry;
 	bool		any = false;
 
 	if (holds)
 	{
 		hash_seq_init(&status, holds);
-		while ((hold = hash_seq_search(&status)) != NULL)
-			any |= hold->xact_count > 0;
+		while ((entry = hash_seq_search(&status)) != NULL)
+			any |= entry->modes[0].xact_count > 0 ||
+				entry->modes[1].xact_count > 0;
 	}
 	zks_set_cancel_on_loss(any);
 }
 
-void
-zkh_add_hold(ZkHold *hold, bool xact)
+/*
+ * A lock this backend has a node for already, in this mode: take one more
+ * hold at no cost.  The node may be one kept only to hold our place while
+ * the other mode is held; it is still ours and still in place.
+ */
+bool
+zkh_add_if_held(const char *parent, bool shared, bool xact)
 {
-	if (xact)
-	{
-		hold->xact_subids[hold->xact_count++] = GetCurrentSubTransactionId();
-		if (hold->xact_count == 1)
-			zks_set_cancel_on_loss(true);
-	}
-	else
-		hold->session_count++;
-}
+	LockEntry  *entry = find_in(holds, parent);
+	HoldMode   *mode;
 
-static void
-remove_entry(HTAB *table, ZkHold *hold)
-{
-	if (hold->xact_subids)
-		pfree(hold->xact_subids);
-	hash_search(table, hold->key, HASH_REMOVE, NULL);
-}
-
-/* Drop an entry without touching its node. */
-void
-zkh_forget(ZkHold *hold)
-{
-	remove_entry(holds, hold);
+	if (entry == NULL)
+		return false;
+	mode = &entry->modes[shared];
+	if (!has_node(mode) || mode->acquiring)
+		return false;
+	reserve_subids(mode, mode->xact_count + 1);
+	add_hold(mode, xact);
+	return true;
 }
 
 /* What the releases of one operation left to do; see finish_releases. */
 static bool releases_pending = false;
 static bool release_failed = false;
 
+static void
+release_node(HoldMode *mode)
+{
+	if (zkr_release(mode->node.path))
+		releases_pending = true;
+	else
+		release_failed = true;
+	mode->node.path[0] = '\0';
+	mode->node.czxid = 0;
+}
+
 /*
- * If no hold is left, hand the node to the janitor (lost holds have none
- * any more) and drop the entry.
+ * After holds ended: release each mode that has no hold left, unless it
+ * keeps our place for the other mode (see the header comment); drop the
+ * entry once nothing is left.  Nodes are czxid-ordered: both are ours.
  */
 static void
-release_if_unheld(HTAB *table, ZkHold *hold)
+settle(HTAB *table, LockEntry *entry)
 {
-	if (hold->session_count > 0 || hold->xact_count > 0)
-		return;
-	if (table == holds)
+	int			m;
+
+	for (m = 0; m < 2; m++)
 	{
-		if (zkr_release(hold->node.path))
-			releases_pending = true;
+		HoldMode   *mode = &entry->modes[m];
+		HoldMode   *other = &entry->modes[1 - m];
+
+		if (hold_count(mode) > 0 || !has_node(mode) || mode->acquiring)
+			continue;
+		if (table == holds && hold_count(other) > 0 && has_node(other) &&
+			mode->node.czxid < other->node.czxid)
+			continue;
+		if (table == holds)
+			release_node(mode);
 		else
-			release_failed = true;
+			mode->node.path[0] = '\0';
 	}
-	remove_entry(table, hold);
+	for (m = 0; m < 2; m++)
+	{
+		HoldMode   *mode = &entry->modes[m];
+
+		if (hold_count(mode) > 0 || has_node(mode) || mode->acquiring)
+			return;
+	}
+	remove_entry(table, entry);
 }
 
 /*
  * Wait for the nodes released to be gone, if the caller must.  If one could
  * not even be handed to the janitor (out of memory), end the session: that
  * deletes every node this backend has, so no lock is left stuck, and the
- * other holds are reported lost.  Raises no ERROR, for the transaction-end
- * callbacks.
+ * holds left are reported lost by the next zklock call (nothing here may
+ * allocate: the transaction-end callbacks call this).
  */
 static void
 finish_releases(bool wait)
 {
-	if (release_failed)
-	{
-		zkh_mark_all_lost();
+	if (release_failed || zks_janitor_failed())
 		zks_close();
-	}
 	else if (releases_pending && wait)
 		zkr_wait_released();
 	releases_pending = false;
 	release_failed = false;
 }
 
+/*
+ * Acquire the lock: make a slot for the mode, run the recipe, and on a
+ * grant take the first hold.  Whatever goes wrong, the slot is dropped
+ * again; the recipe deletes its node.
+ */
+ZkrResult
+zkh_acquire(const char *parent, const char *name, bool shared, bool xact,
+			const char *data, bool wait, TimestampTz deadline, bool *waited)
+{
+	LockEntry  *entry;
+	HoldMode   *mode;
+	HoldMode   *other;
+	ZkrResult	result;
+
+	ensure_tables();
+	entry = enter(holds, parent, name);
+	mode = &entry->modes[shared];
+	other = &entry->modes[!shared];
+	Assert(!has_node(mode) && !mode->acquiring);
+	mode->acquiring = true;
+
+	PG_TRY();
+	{
+		reserve_subids(mode, mode->xact_count + 1);
+		result = zkr_acquire(parent, shared,
+							 has_node(other) ? other->node.path : NULL,
+							 data, wait, deadline, &mode->node, waited);
+	}
+	PG_CATCH();
+	{
+		mode->acquiring = false;
+		mode->node.path[0] = '\0';
+		settle(holds, entry);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	mode->acquiring = false;
+	if (result == ZKR_GRANTED)
+	{
+		mode->since = GetCurrentTimestamp();
+		mode->contact_epoch = zks_contact_epoch();
+		add_hold(mode, xact);
+	}
+	else
+		settle(holds, entry);
+	return result;
+}
+
 bool
 zkh_release_session_hold(const char *parent, bool shared, const char *name)
 {
-	ZkHold	   *hold;
+	LockEntry  *entry;
 
 	/* A lost hold is reported first, so the job learns of the loss. */
-	hold = find_in(lost_holds, parent, shared);
-	if (hold && hold->session_count > 0)
+	entry = find_in(lost_holds, parent);
+	if (entry && entry->modes[shared].session_count > 0)
 	{
-		hold->session_count--;
-		release_if_unheld(lost_holds, hold);
+		entry->modes[shared].session_count--;
+		settle(lost_holds, entry);
 		ereport(WARNING,
 				(errmsg("zklock \"%s\" was lost with the ZooKeeper session and is not held",
 						name),
@@ -243,16 +341,16 @@ zkh_release_session_hold(const char *parent, bool shared, const char *name)
 		return false;
 	}
 
-	hold = zkh_find(parent, shared);
-	if (hold == NULL || hold->session_count == 0)
+	entry = find_in(holds, parent);
+	if (entry == NULL || entry->modes[shared].session_count == 0)
 	{
 		ereport(WARNING,
 				(errmsg("zklock \"%s\" is not held in %s mode at session level by this backend",
 						name, shared ? "shared" : "exclusive")));
 		return false;
 	}
-	hold->session_count--;
-	release_if_unheld(holds, hold);
+	entry->modes[shared].session_count--;
+	settle(holds, entry);
 	finish_releases(true);
 	return true;
 }
@@ -261,15 +359,16 @@ static void
 release_all_session_holds_in(HTAB *table)
 {
 	HASH_SEQ_STATUS status;
-	ZkHold	   *hold;
+	LockEntry  *entry;
 
 	if (table == NULL)
 		return;
 	hash_seq_init(&status, table);
-	while ((hold = hash_seq_search(&status)) != NULL)
+	while ((entry = hash_seq_search(&status)) != NULL)
 	{
-		hold->session_count = 0;
-		release_if_unheld(table, hold);
+		entry->modes[0].session_count = 0;
+		entry->modes[1].session_count = 0;
+		settle(table, entry);
 	}
 }
 
@@ -287,34 +386,34 @@ zkh_is_empty(void)
 	return holds == NULL || hash_get_num_entries(holds) == 0;
 }
 
-/* Move one live hold to the lost table, merging with an earlier loss. */
+/* Move one live entry to the lost table, merging with an earlier loss. */
 static void
-move_to_lost(ZkHold *hold)
+move_to_lost(LockEntry *entry)
 {
-	ZkHold	   *lost;
-	bool		found;
-	int			i;
+	LockEntry  *lost = enter(lost_holds, entry->parent, entry->name);
+	int			m;
 
-	losses++;
-	lost = hash_search(lost_holds, hold->key, HASH_ENTER, &found);
-	if (!found)
+	for (m = 0; m < 2; m++)
 	{
-		strlcpy(lost->parent, hold->parent, sizeof(lost->parent));
-		lost->shared = hold->shared;
-		lost->since = hold->since;
-		strlcpy(lost->name, hold->name, sizeof(lost->name));
-		lost->node = hold->node;
-		lost->contact_epoch = hold->contact_epoch;
-		lost->session_count = 0;
-		lost->xact_count = 0;
-		lost->xact_subids = NULL;
-		lost->xact_alloc = 0;
+		HoldMode   *from = &entry->modes[m];
+		HoldMode   *to = &lost->modes[m];
+		int			i;
+
+		if (hold_count(from) == 0)
+			continue;
+		losses++;
+		if (to->since == 0)
+		{
+			to->since = from->since;
+			to->node = from->node;
+		}
+		reserve_subids(to, to->xact_count + from->xact_count);
+		for (i = 0; i < from->xact_count; i++)
+			to->xact_subids[to->xact_count++] = from->xact_subids[i];
+		to->session_count += from->session_count;
 	}
-	reserve_subids(lost, lost->xact_count + hold->xact_count);
-	for (i = 0; i < hold->xact_count; i++)
-		lost->xact_subids[lost->xact_count++] = hold->xact_subids[i];
-	lost->session_count += hold->session_count;
-	remove_entry(holds, hold);
+	settle(lost_holds, lost);
+	remove_entry(holds, entry);
 }
 
 static void
@@ -323,32 +422,41 @@ append_name(StringInfo names, const char *name)
 	appendStringInfo(names, "%s\"%s\"", names->len > 0 ? ", " : "", name);
 }
 
+static bool
+is_held(const LockEntry *entry)
+{
+	return hold_count(&entry->modes[0]) > 0 ||
+		hold_count(&entry->modes[1]) > 0;
+}
+
 /*
  * The session that held our nodes is gone, and the nodes with it.  Move
- * every hold to the lost table and say which locks were lost.
+ * every entry to the lost table and say which locks were lost.
  */
 void
 zkh_mark_all_lost(void)
 {
 	HASH_SEQ_STATUS status;
-	ZkHold	   *hold;
+	LockEntry  *entry;
 	StringInfoData names;
 
 	if (zkh_is_empty())
 		return;
 	initStringInfo(&names);
 	hash_seq_init(&status, holds);
-	while ((hold = hash_seq_search(&status)) != NULL)
+	while ((entry = hash_seq_search(&status)) != NULL)
 	{
-		append_name(&names, hold->name);
-		move_to_lost(hold);
+		if (is_held(entry))
+			append_name(&names, entry->name);
+		move_to_lost(entry);
 	}
 	zks_set_cancel_on_loss(false);
-	ereport(WARNING,
-			(errmsg("zklock lost its ZooKeeper session and with it these locks: %s",
-					names.data),
-			 errdetail("The session expired or was cut off for longer than its timeout."),
-			 errhint("Another client may have acquired them since.  Redo the work they protect under a new lock.")));
+	if (names.len > 0)
+		ereport(WARNING,
+				(errmsg("zklock lost its ZooKeeper session and with it these locks: %s",
+						names.data),
+				 errdetail("The session expired or was cut off for longer than its timeout."),
+				 errhint("Another client may have acquired them since.  Redo the work they protect under a new lock.")));
 	pfree(names.data);
 }
 
@@ -356,14 +464,14 @@ static void
 append_xact_hold_names(StringInfo names, HTAB *table)
 {
 	HASH_SEQ_STATUS status;
-	ZkHold	   *hold;
+	LockEntry  *entry;
 
 	if (table == NULL)
 		return;
 	hash_seq_init(&status, table);
-	while ((hold = hash_seq_search(&status)) != NULL)
-		if (hold->xact_count > 0)
-			append_name(names, hold->name);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		if (entry->modes[0].xact_count > 0 || entry->modes[1].xact_count > 0)
+			append_name(names, entry->name);
 }
 
 /* Names of the locks held at transaction level, live or lost, for messages. */
@@ -391,17 +499,68 @@ zkh_committing(void)
 }
 
 /*
- * The fencing token of a held lock, or 0 if it is not held: the exclusive
- * node's if held in both modes.
+ * The fencing token of an entry: the czxid of the backend's earliest node
+ * on the name, which is where it stands in the queue (zk_queue.c), so every
+ * earlier exclusive holder's token is smaller and every later one's larger.
  */
+static int64
+entry_token(const LockEntry *entry)
+{
+	int64		token = 0;
+	int			m;
+
+	for (m = 0; m < 2; m++)
+		if (has_node(&entry->modes[m]) &&
+			(token == 0 || entry->modes[m].node.czxid < token))
+			token = entry->modes[m].node.czxid;
+	return token;
+}
+
+/* The fencing token of a held lock, or 0 if it is not held. */
 int64
 zkh_token(const char *parent)
 {
-	ZkHold	   *hold = zkh_find(parent, false);
+	LockEntry  *entry = find_in(holds, parent);
 
-	if (hold == NULL)
-		hold = zkh_find(parent, true);
-	return hold ? hold->node.czxid : 0;
+	if (entry == NULL || !is_held(entry))
+		return 0;
+	return entry_token(entry);
+}
+
+/* Is this child of parent one of this backend's nodes? */
+bool
+zkh_owns_node(const char *parent, const char *child)
+{
+	LockEntry  *entry = find_in(holds, parent);
+	int			m;
+
+	if (entry == NULL)
+		return false;
+	for (m = 0; m < 2; m++)
+	{
+		const char *path = entry->modes[m].node.path;
+
+		if (path[0] != '\0' && strcmp(strrchr(path, '/') + 1, child) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* How many locks and modes this backend holds now. */
+int
+zkh_held_count(void)
+{
+	HASH_SEQ_STATUS status;
+	LockEntry  *entry;
+	int			n = 0;
+
+	if (holds == NULL)
+		return 0;
+	hash_seq_init(&status, holds);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		n += (hold_count(&entry->modes[0]) > 0) +
+			(hold_count(&entry->modes[1]) > 0);
+	return n;
 }
 
 /* How many holds were lost with a session, over this backend's life. */
@@ -412,80 +571,121 @@ zkh_losses(void)
 }
 
 /*
- * Copies of every live and lost entry, for the zk_locks view.  Returns how
- * many; lost_out says which are lost.
+ * One row per lock, mode and scope held, live or lost, for zk_locks.
+ * Returns how many; the rows point into the table, so read them at once.
  */
 int
-zkh_list(ZkHold **holds_out, bool **lost_out)
+zkh_rows(ZkHoldRow **rows_out)
 {
 	HTAB	   *tables[2] = {holds, lost_holds};
 	int			capacity = 0;
 	int			n = 0;
 	int			t;
+	ZkHoldRow  *rows;
 
 	for (t = 0; t < 2; t++)
 		if (tables[t])
-			capacity += hash_get_num_entries(tables[t]);
-	*holds_out = palloc(Max(capacity, 1) * sizeof(ZkHold));
-	*lost_out = palloc(Max(capacity, 1) * sizeof(bool));
+			capacity += 4 * hash_get_num_entries(tables[t]);
+	rows = palloc(Max(capacity, 1) * sizeof(ZkHoldRow));
 	for (t = 0; t < 2; t++)
 	{
 		HASH_SEQ_STATUS status;
-		ZkHold	   *hold;
+		LockEntry  *entry;
 
 		if (tables[t] == NULL)
 			continue;
 		hash_seq_init(&status, tables[t]);
-		while ((hold = hash_seq_search(&status)) != NULL)
+		while ((entry = hash_seq_search(&status)) != NULL)
 		{
-			(*holds_out)[n] = *hold;
-			(*lost_out)[n] = (t == 1);
-			n++;
+			int			m;
+			int			scope;
+
+			for (m = 0; m < 2; m++)
+			{
+				HoldMode   *mode = &entry->modes[m];
+
+				for (scope = 0; scope < 2; scope++)
+				{
+					int			count = scope ? mode->xact_count :
+					mode->session_count;
+
+					if (count == 0)
+						continue;
+					rows[n].name = entry->name;
+					rows[n].shared = m;
+					rows[n].xact = scope;
+					rows[n].count = count;
+					rows[n].lost = (t == 1);
+					rows[n].node = mode->node.path;
+					rows[n].token = t == 0 ? entry_token(entry) : mode->node.czxid;
+					rows[n].since = mode->since;
+					n++;
+				}
+			}
 		}
 	}
+	*rows_out = rows;
 	return n;
 }
 
 /*
  * Before COMMIT: a transaction must not commit unless its zklocks are
  * still held.  Wait out a disconnection (unsure) until the session is back
- * or lost; after a reconnect, check that each node is still ours.
+ * or lost, make sure the session reached the leader recently enough
+ * (zks_confirm_contact), and after a reconnect check that each node is
+ * still ours.
  */
 static void
 confirm_xact_holds(void)
 {
 	HASH_SEQ_STATUS status;
-	ZkHold	   *hold;
+	LockEntry  *entry;
 	StringInfoData lost_names;
 
 	if (zkh_is_empty())
 		return;
-	if (!zks_wait_while_unsure())
+	if (!zks_confirm_contact())
 	{
 		zkh_mark_all_lost();
 		zks_close();
 		return;
 	}
 
+	/*
+	 * After a reconnect, check every node of every name held at transaction
+	 * level, the one kept for its place included.  One missing means another
+	 * client deleted it: the session's other nodes cannot be trusted either,
+	 * so the session is ended, which deletes them, and every hold is lost.
+	 */
 	initStringInfo(&lost_names);
 	hash_seq_init(&status, holds);
-	while ((hold = hash_seq_search(&status)) != NULL)
+	while ((entry = hash_seq_search(&status)) != NULL)
 	{
-		if (hold->xact_count == 0 ||
-			hold->contact_epoch == zks_contact_epoch())
+		int			m;
+
+		if (entry->modes[0].xact_count == 0 && entry->modes[1].xact_count == 0)
 			continue;
-		if (zkr_verify(hold->node.path))
-			hold->contact_epoch = zks_contact_epoch();
-		else
+		for (m = 0; m < 2; m++)
 		{
-			append_name(&lost_names, hold->name);
-			move_to_lost(hold);
+			HoldMode   *mode = &entry->modes[m];
+
+			if (!has_node(mode) || mode->contact_epoch == zks_contact_epoch())
+				continue;
+			if (zkr_verify(mode->node.path))
+				mode->contact_epoch = zks_contact_epoch();
+			else if (lost_names.len == 0)
+				append_name(&lost_names, entry->name);
 		}
 	}
 	if (lost_names.len > 0)
+	{
 		ereport(WARNING,
-				(errmsg("zklock lost these locks while disconnected: %s",
-						lost_names.data)));
+				(errmsg("zklock found a lock node gone after reconnecting, for lock %s",
+						lost_names.data),
+				 errdetail("Another client deleted it; the ZooKeeper session is ended so that none of its other nodes is trusted.")));
+		zkh_mark_all_lost();
+		zks_close();
+	}
 	pfree(lost_names.data);
 	update_cancel_on_loss();
 }
@@ -511,31 +711,39 @@ static void
 end_xact_holds_in(HTAB *table, SubTransactionId subid, bool all)
 {
 	HASH_SEQ_STATUS status;
-	ZkHold	   *hold;
+	LockEntry  *entry;
 
 	if (table == NULL)
 		return;
 	hash_seq_init(&status, table);
-	while ((hold = hash_seq_search(&status)) != NULL)
+	while ((entry = hash_seq_search(&status)) != NULL)
 	{
-		int			kept = 0;
-		int			i;
+		bool		ended = false;
+		int			m;
 
-		for (i = 0; i < hold->xact_count; i++)
-			if (!all && hold->xact_subids[i] != subid)
-				hold->xact_subids[kept++] = hold->xact_subids[i];
-		if (kept == hold->xact_count)
-			continue;
-		hold->xact_count = kept;
-		release_if_unheld(table, hold);
+		for (m = 0; m < 2; m++)
+		{
+			HoldMode   *mode = &entry->modes[m];
+			int			kept = 0;
+			int			i;
+
+			for (i = 0; i < mode->xact_count; i++)
+				if (!all && mode->xact_subids[i] != subid)
+					mode->xact_subids[kept++] = mode->xact_subids[i];
+			ended |= kept != mode->xact_count;
+			mode->xact_count = kept;
+		}
+		if (ended)
+			settle(table, entry);
 	}
 }
 
 /*
- * Transaction-level releases do not wait for ZooKeeper unless asked to:
- * the delete is sent, the janitor sees it through, and this backend's next
- * acquire is ordered after it.  Another client may see the lock held for
- * one more round trip.
+ * End transaction holds.  By default the release waits (a bounded time)
+ * for ZooKeeper to confirm it, so that the lock is free for others when
+ * COMMIT or ROLLBACK returns; zklock.synchronous_release = off only sends
+ * it: the janitor sees it through, and this backend's next acquire is
+ * ordered after it.
  */
 static void
 end_xact_holds(SubTransactionId subid, bool all)
@@ -550,14 +758,14 @@ static bool
 has_xact_holds_in(HTAB *table)
 {
 	HASH_SEQ_STATUS status;
-	ZkHold	   *hold;
+	LockEntry  *entry;
 
 	if (table == NULL)
 		return false;
 	hash_seq_init(&status, table);
-	while ((hold = hash_seq_search(&status)) != NULL)
+	while ((entry = hash_seq_search(&status)) != NULL)
 	{
-		if (hold->xact_count > 0)
+		if (entry->modes[0].xact_count > 0 || entry->modes[1].xact_count > 0)
 		{
 			hash_seq_term(&status);
 			return true;
@@ -605,18 +813,20 @@ reassign_subxact(HTAB *table, SubTransactionId mySubid,
 				 SubTransactionId parentSubid)
 {
 	HASH_SEQ_STATUS status;
-	ZkHold	   *hold;
+	LockEntry  *entry;
 
 	if (table == NULL)
 		return;
 	hash_seq_init(&status, table);
-	while ((hold = hash_seq_search(&status)) != NULL)
+	while ((entry = hash_seq_search(&status)) != NULL)
 	{
+		int			m;
 		int			i;
 
-		for (i = 0; i < hold->xact_count; i++)
-			if (hold->xact_subids[i] == mySubid)
-				hold->xact_subids[i] = parentSubid;
+		for (m = 0; m < 2; m++)
+			for (i = 0; i < entry->modes[m].xact_count; i++)
+				if (entry->modes[m].xact_subids[i] == mySubid)
+					entry->modes[m].xact_subids[i] = parentSubid;
 	}
 }
 

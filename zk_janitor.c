@@ -27,6 +27,7 @@
 #include "postgres.h"
 
 #include <pthread.h>
+#include <time.h>
 
 #include "zk_names.h"
 #include "zk_session.h"
@@ -35,16 +36,22 @@
 typedef struct JanitorTask
 {
 	struct JanitorTask *next;
-	bool		sweep;			/* list path and delete children with guid */
+	bool		sweep;			/* list path, delete children of guid and mode */
+	bool		shared;			/* the mode of a sweep */
 	bool		dormant;		/* a held node: deleted on release or loss */
 	bool		in_flight;
 	bool		orphaned;		/* dropped from the list; its completion frees it */
+	bool		sending;		/* janitor_send is in the library call for it */
+	bool		answered_early; /* its completion came during that call ... */
+	int			early_rc;		/* ... with this result */
 	char	   *path;			/* node to delete, or parent to sweep */
 	char		guid[ZKN_GUID_LEN + 1];
+	struct timespec sent_at;	/* when last sent */
 } JanitorTask;
 
 /* Protected by zks_mutex. */
 static JanitorTask *janitor_tasks = NULL;
+static bool janitor_failed = false;	/* a delete could not be kept track of */
 
 static void janitor_send(zhandle_t *handle, JanitorTask *task);
 static void janitor_push_locked(JanitorTask *task);
@@ -83,11 +90,18 @@ void
 janitor_kick(zhandle_t *handle)
 {
 	JanitorTask *to_send[64];
+	JanitorTask *task;
+	int			rounds;
 	int			n;
+
+	/* One pass over the list; a task replaced on the way waits for the next. */
+	pthread_mutex_lock(&zks_mutex);
+	for (rounds = 1, n = 0, task = janitor_tasks; task; task = task->next)
+		rounds += (++n % (int) lengthof(to_send)) == 0;
+	pthread_mutex_unlock(&zks_mutex);
 
 	do
 	{
-		JanitorTask *task;
 		int			i;
 
 		n = 0;
@@ -106,7 +120,7 @@ janitor_kick(zhandle_t *handle)
 		/* The library is never called with our mutex held. */
 		for (i = 0; i < n; i++)
 			janitor_send(handle, to_send[i]);
-	} while (n == (int) lengthof(to_send));
+	} while (n == (int) lengthof(to_send) && --rounds > 0);
 }
 
 static void
@@ -125,17 +139,33 @@ janitor_unlink_locked(JanitorTask *target)
 	}
 }
 
-/* A task is finished unless the request may not have reached the server. */
+/*
+ * A task is finished when the server answered it.  The library fails the
+ * pending requests with whatever tore the connection down, a connection
+ * loss or any other of its own errors, and those are sent again, as is one
+ * the server turned away because the session moved to another server.
+ */
 static bool
 janitor_should_retry(int rc)
 {
-	return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT;
+	return (rc < 0 && rc > ZAPIERROR && rc != ZINVALIDSTATE &&
+			rc != ZBADARGUMENTS) || rc == ZSESSIONMOVED;
 }
 
 static void
 janitor_finish(JanitorTask *task, int rc)
 {
 	pthread_mutex_lock(&zks_mutex);
+	if (task->sending)
+	{
+		/* janitor_send settles it once the library call has returned. */
+		task->answered_early = true;
+		task->early_rc = rc;
+		pthread_mutex_unlock(&zks_mutex);
+		return;
+	}
+	if (!task->sweep)
+		zks_note_heard_locked(&task->sent_at, true, rc);
 	task->in_flight = false;
 	if (task->orphaned)
 		janitor_free(task);
@@ -194,15 +224,18 @@ janitor_sweep_done(int rc, const struct String_vector *children,
 		handle = zks_zh;
 		for (i = 0; i < children->count; i++)
 		{
-			char		path[1024];
 			JanitorTask *task = NULL;
+			char	   *path;
 
-			if (!zkn_has_guid(children->data[i], sweep->guid))
+			if (!zkn_is_node_of(children->data[i], sweep->guid, sweep->shared))
 				continue;
-			snprintf(path, sizeof(path), "%s/%s", sweep->path,
-					 children->data[i]);
-			if (nfound < (int) lengthof(found))
+			path = malloc(strlen(sweep->path) + strlen(children->data[i]) + 2);
+			if (path != NULL && nfound < (int) lengthof(found))
+			{
+				sprintf(path, "%s/%s", sweep->path, children->data[i]);
 				task = janitor_new_task(false, path, NULL);
+			}
+			free(path);
 			if (task == NULL)
 			{
 				complete = false;
@@ -232,9 +265,11 @@ janitor_sweep_done(int rc, const struct String_vector *children,
 }
 
 /*
- * Did the library refuse a request before registering its completion?  For
- * other errors (out of memory while queueing) the completion is already
- * registered and will still come, with an error, on the next disconnect.
+ * Did the library refuse a request before registering its completion?
+ * Then none will come.  ZMARSHALLINGERROR is ambiguous: the library returns
+ * it when the handle is closing (no completion) and when memory ran out
+ * after the completion was registered (it comes, with an error, at the
+ * next disconnect); callers must expect either.
  */
 bool
 zks_refused_outright(int rc)
@@ -258,10 +293,26 @@ zks_send_sync(zhandle_t *handle, const char *path)
 	return zoo_async(handle, path, sync_done, NULL);
 }
 
+/*
+ * Send a task's request.  A completion may run on the completion thread
+ * before the library call returns; janitor_finish then leaves the task to
+ * be settled here.  When the library did not say whether a completion
+ * will come (ZMARSHALLINGERROR), the task is left to that completion, if
+ * any, to free, and a copy takes its place in the list, to be sent again;
+ * if there is no memory for the copy, the backend is told to end the
+ * session, which deletes the node with every other.
+ */
 static void
 janitor_send(zhandle_t *handle, JanitorTask *task)
 {
+	bool		early;
+	int			early_rc;
 	int			rc;
+
+	pthread_mutex_lock(&zks_mutex);
+	task->sending = true;
+	clock_gettime(CLOCK_MONOTONIC, &task->sent_at);
+	pthread_mutex_unlock(&zks_mutex);
 
 	if (handle == NULL)
 		rc = ZCLOSING;
@@ -275,9 +326,59 @@ janitor_send(zhandle_t *handle, JanitorTask *task)
 	else
 		rc = zoo_adelete(handle, task->path, -1, janitor_delete_done, task);
 
-	/* No completion will come, so settle it here. */
-	if (zks_refused_outright(rc))
+	pthread_mutex_lock(&zks_mutex);
+	task->sending = false;
+	early = task->answered_early;
+	early_rc = task->early_rc;
+	task->answered_early = false;
+	if (!early && rc != ZOK && !zks_refused_outright(rc))
+	{
+		JanitorTask *copy = janitor_new_task(task->sweep, task->path,
+											 task->guid);
+		JanitorTask **link;
+
+		for (link = &janitor_tasks; *link; link = &(*link)->next)
+		{
+			if (*link == task)
+			{
+				*link = task->next;
+				if (copy)
+				{
+					copy->shared = task->shared;
+					janitor_push_locked(copy);
+					copy = NULL;
+				}
+				else
+					janitor_failed = true;
+				break;
+			}
+		}
+		if (copy)
+			janitor_free(copy);	/* dropped meanwhile: nothing to redo */
+		task->orphaned = true;
+	}
+	pthread_mutex_unlock(&zks_mutex);
+
+	if (early)
+		janitor_finish(task, early_rc);
+	else if (zks_refused_outright(rc))
 		janitor_finish(task, rc);
+}
+
+/*
+ * Did the janitor lose track of a delete (out of memory)?  The caller must
+ * then end the session.  Clears the answer.
+ */
+bool
+zks_janitor_failed(void)
+{
+	bool		failed;
+
+	pthread_mutex_lock(&zks_mutex);
+	failed = janitor_failed;
+	janitor_failed = false;
+	pthread_mutex_unlock(&zks_mutex);
+	return failed;
 }
 
 static JanitorTask *
@@ -360,12 +461,13 @@ zks_send_pending_deletes(void)
 	janitor_kick(zks_zh);
 }
 
-/* Delete every child of parent created with this guid, likewise. */
+/* Delete every child of parent made with this guid for this mode, likewise. */
 void
-zks_sweep_later(const char *parent, const char *guid)
+zks_sweep_later(const char *parent, const char *guid, bool shared)
 {
 	JanitorTask *task = janitor_new_task_or_error(true, parent, guid);
 
+	task->shared = shared;
 	pthread_mutex_lock(&zks_mutex);
 	janitor_push_locked(task);
 	pthread_mutex_unlock(&zks_mutex);

@@ -11,9 +11,9 @@
  * the result never contains '/', never is "." or "..", and is pure ASCII, so
  * no name can reach a node outside its own parent.
  *
- * Contenders are the children whose names end in one of the markers below
- * followed by the server's sequence number, printed as a signed 32-bit
- * "%010d".
+ * Contenders are the children whose names carry one of the markers below,
+ * normally followed by the server's sequence number, printed as a signed
+ * 32-bit "%010d".
  *
  *-------------------------------------------------------------------------
  */
@@ -152,41 +152,8 @@ zkn_decode_name(const char *node, char *out, size_t outsize, size_t *outlen)
 }
 
 /*
- * Parse a signed "%010d" sequence suffix: ten characters, either ten digits
- * or '-' and nine digits, within the int32 range.
- */
-static bool
-parse_sequence(const char *s, int32_t *sequence)
-{
-	int64_t		value = 0;
-	bool		negative = false;
-	int			i = 0;
-
-	if (s[0] == '-')
-	{
-		negative = true;
-		i = 1;
-	}
-	for (; i < 10; i++)
-	{
-		if (s[i] < '0' || s[i] > '9')
-			return false;
-		value = value * 10 + (s[i] - '0');
-	}
-	if (s[10] != '\0')
-		return false;
-	if (negative)
-		value = -value;
-	if (value < INT32_MIN || value > INT32_MAX)
-		return false;
-	*sequence = (int32_t) value;
-	return true;
-}
-
-/*
  * The contender name markers of zklock and its peers, each followed by the
- * sequence number.  "-read-lock-" must come before "-lock-", which it ends
- * with.
+ * sequence number.
  */
 static const struct
 {
@@ -202,44 +169,123 @@ static const struct
 	{"__WRIT__", false},
 };
 
-/*
- * Is this child a contender?  If so, return its sequence number and whether
- * it asks for the shared mode.  Every peer's writer counts as exclusive and
- * every peer's reader as shared, so zklock never lets a writer in beside
- * another client's reader, whatever that client's own rules are.
- */
-bool
-zkn_parse_contender(const char *child, int32_t *sequence, bool *shared)
+/* Where the last occurrence of marker in child ends, or 0 if none. */
+static size_t
+marker_end(const char *child, size_t len, const char *marker)
 {
-	size_t		len = strlen(child);
-	size_t		prefixlen;
+	size_t		mlen = strlen(marker);
+	size_t		start;
+
+	for (start = len >= mlen ? len - mlen + 1 : 0; start > 0; start--)
+		if (memcmp(child + start - 1, marker, mlen) == 0)
+			return start - 1 + mlen;
+	return 0;
+}
+
+/* Parse n decimal digits; false if any is not a digit. */
+static bool
+parse_digits(const char *s, size_t n, int64_t *value)
+{
 	size_t		i;
 
-	if (len < 10)
-		return false;
-	prefixlen = len - 10;
+	*value = 0;
+	for (i = 0; i < n; i++)
+	{
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+		*value = *value * 10 + (s[i] - '0');
+	}
+	return true;
+}
+
+/*
+ * Read the text after the marker.  The server prints the parent's child
+ * counter with "%010d": ten digits, or, once the signed counter has wrapped,
+ * '-' and nine or ten digits.
+ */
+static ZknForm
+parse_sequence(const char *s, int32_t *sequence)
+{
+	size_t		len = strlen(s);
+	int64_t		value;
+
+	if (len == 10 && parse_digits(s, 10, &value) && value <= INT32_MAX)
+	{
+		*sequence = (int32_t) value;
+		return ZKN_SEQUENCED;
+	}
+	/* "%010d" pads to ten characters, so eleven only from -10^9 down. */
+	if ((len == 10 || len == 11) && s[0] == '-' &&
+		parse_digits(s + 1, len - 1, &value) &&
+		value > 0 && value <= (int64_t) INT32_MAX + 1 &&
+		(len == 10 || value >= 1000000000))
+	{
+		*sequence = (int32_t) -value;
+		return ZKN_WRAPPED;
+	}
+	return ZKN_MALFORMED;
+}
+
+/*
+ * Is this child a contender, and what does it ask for?  A child is a
+ * contender if its name contains one of the markers; the marker that ends
+ * last decides (the longer one where two end together, so "-read-lock-"
+ * wins over the "-lock-" it ends with).  Every peer's writer counts as
+ * exclusive and every peer's reader as shared, so zklock never lets a writer
+ * in beside another client's reader, whatever that client's own rules are.
+ * A marker followed by anything but a sequence number is a contender that
+ * cannot be placed in the queue: it counts as exclusive, and the queue rules
+ * put it ahead of everyone, so it makes others wait instead of vanishing.
+ */
+ZknForm
+zkn_parse_contender(const char *child, ZknContender *contender)
+{
+	size_t		len = strlen(child);
+	size_t		best_end = 0;
+	size_t		best_len = 0;
+	bool		best_shared = false;
+	size_t		i;
+
 	for (i = 0; i < sizeof(contender_markers) / sizeof(contender_markers[0]); i++)
 	{
 		const char *marker = contender_markers[i].marker;
-		size_t		mlen = strlen(marker);
+		size_t		end = marker_end(child, len, marker);
 
-		if (prefixlen >= mlen &&
-			memcmp(child + prefixlen - mlen, marker, mlen) == 0)
+		if (end > best_end || (end != 0 && end == best_end &&
+							   strlen(marker) > best_len))
 		{
-			*shared = contender_markers[i].shared;
-			return parse_sequence(child + prefixlen, sequence);
+			best_end = end;
+			best_len = strlen(marker);
+			best_shared = contender_markers[i].shared;
 		}
 	}
-	return false;
+	contender->sequence = 0;
+	contender->shared = false;
+	if (best_end == 0)
+		contender->form = ZKN_NOT_CONTENDER;
+	else
+	{
+		contender->form = parse_sequence(child + best_end,
+										 &contender->sequence);
+		contender->shared = best_shared &&
+			contender->form != ZKN_MALFORMED;
+	}
+	return contender->form;
 }
 
-/* Was this child created by the acquisition that used this guid? */
+/*
+ * Was this child created with this uuid for this mode?  A backend's nodes
+ * on one name share a uuid, one node per mode, so the uuid and the mode
+ * marker together name the node of one acquisition.
+ */
 bool
-zkn_has_guid(const char *child, const char *guid)
+zkn_is_node_of(const char *child, const char *guid, bool shared)
 {
+	const char *marker = shared ? "-read-lock-" : "-lock-";
+
 	return strncmp(child, "_c_", 3) == 0 &&
 		strncmp(child + 3, guid, ZKN_GUID_LEN) == 0 &&
-		child[3 + ZKN_GUID_LEN] == '-';
+		strncmp(child + 3 + ZKN_GUID_LEN, marker, strlen(marker)) == 0;
 }
 
 /*

@@ -37,9 +37,25 @@ extern ZknStatus zkn_encode_name(const char *name, size_t len,
 								 char out[ZKN_ENCODED_MAX]);
 extern bool zkn_decode_name(const char *node, char *out, size_t outsize,
 							size_t *outlen);
-extern bool zkn_parse_contender(const char *child, int32_t *sequence,
-								bool *shared);
-extern bool zkn_has_guid(const char *child, const char *guid);
+
+/* How a contender's sequence number reads. */
+typedef enum ZknForm
+{
+	ZKN_NOT_CONTENDER,			/* no lock marker: not part of the queue */
+	ZKN_SEQUENCED,				/* a sequence number, 0 to 2^31 - 1 */
+	ZKN_WRAPPED,				/* a negative one: the server's counter wrapped */
+	ZKN_MALFORMED				/* a marker, but no sequence number after it */
+} ZknForm;
+
+typedef struct ZknContender
+{
+	ZknForm		form;
+	bool		shared;			/* a reader; never for ZKN_MALFORMED */
+	int32_t		sequence;		/* for ZKN_SEQUENCED and ZKN_WRAPPED */
+} ZknContender;
+
+extern ZknForm zkn_parse_contender(const char *child, ZknContender *contender);
+extern bool zkn_is_node_of(const char *child, const char *guid, bool shared);
 
 /* The holder identity zklock writes as node data. */
 typedef struct ZknIdentity

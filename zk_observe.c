@@ -19,6 +19,7 @@
 #include "utils/timestamp.h"
 
 #include "zk_holds.h"
+#include "zk_queue.h"
 #include "zk_session.h"
 #include "zklock.h"
 
@@ -54,14 +55,13 @@ Datum
 zk_locks(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	ZkHold	   *holds;
-	bool	   *lost;
+	ZkHoldRow  *rows;
 	int			n;
 	int			i;
 	const char *live_state;
 
 	InitMaterializedSRF(fcinfo, 0);
-	n = zkh_list(&holds, &lost);
+	n = zkh_rows(&rows);
 	switch (zks_state())
 	{
 		case ZKS_CONNECTED:
@@ -77,58 +77,32 @@ zk_locks(PG_FUNCTION_ARGS)
 
 	for (i = 0; i < n; i++)
 	{
-		int			scope;
+		Datum		values[8];
+		bool		nulls[8] = {0};
 
-		for (scope = 0; scope < 2; scope++)
-		{
-			Datum		values[8];
-			bool		nulls[8] = {0};
-			int			count = scope == 0 ? holds[i].session_count :
-			holds[i].xact_count;
-
-			if (count == 0)
-				continue;
-			values[0] = CStringGetTextDatum(holds[i].name);
-			values[1] = CStringGetTextDatum(holds[i].shared ? "shared" : "exclusive");
-			values[2] = CStringGetTextDatum(scope == 0 ? "session" : "transaction");
-			values[3] = Int32GetDatum(count);
-			values[4] = CStringGetTextDatum(lost[i] ? "lost" : live_state);
-			values[5] = CStringGetTextDatum(holds[i].node.path);
-			values[6] = Int64GetDatum(holds[i].node.czxid);
-			values[7] = TimestampTzGetDatum(holds[i].since);
-			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
-								 nulls);
-		}
+		values[0] = CStringGetTextDatum(rows[i].name);
+		values[1] = CStringGetTextDatum(rows[i].shared ? "shared" : "exclusive");
+		values[2] = CStringGetTextDatum(rows[i].xact ? "transaction" : "session");
+		values[3] = Int32GetDatum(rows[i].count);
+		values[4] = CStringGetTextDatum(rows[i].lost ? "lost" : live_state);
+		values[5] = CStringGetTextDatum(rows[i].node);
+		values[6] = Int64GetDatum(rows[i].token);
+		values[7] = TimestampTzGetDatum(rows[i].since);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
+							 nulls);
 	}
 	PG_RETURN_VOID();
 }
 
-typedef struct Contender
-{
-	const char *name;
-	int32_t		sequence;
-	bool		shared;
-	ZkRequest  *read;
-} Contender;
-
-static int
-by_sequence(const void *a, const void *b)
-{
-	int32_t		sa = ((const Contender *) a)->sequence;
-	int32_t		sb = ((const Contender *) b)->sequence;
-
-	return (sa > sb) - (sa < sb);
-}
-
 /* Which client made a contender node, judged by its name and data. */
 static const char *
-client_of(const Contender *c, bool is_zklock)
+client_of(const char *name, bool is_zklock)
 {
 	if (is_zklock)
 		return "zklock";
-	if (strstr(c->name, "__lock__") || strstr(c->name, "__rlock__"))
+	if (strstr(name, "__lock__") || strstr(name, "__rlock__"))
 		return "kazoo";
-	if (strncmp(c->name, "_c_", 3) == 0)
+	if (strncmp(name, "_c_", 3) == 0)
 		return "curator";
 	return "unknown";
 }
@@ -139,14 +113,18 @@ is_valid_utf8(const char *data, int len)
 	return pg_encoding_verifymbstr(PG_UTF8, data, len) == len;
 }
 
-/* Node data as text: UTF-8 if it is, else a hex dump. */
+/*
+ * Node data as text: UTF-8 shown in the database encoding (characters it
+ * lacks as escaped bytes), anything else as a hex dump.
+ */
 static char *
 data_as_text(const char *data, int len)
 {
 	if (len == 0)
 		return pstrdup("");
 	if (is_valid_utf8(data, len))
-		return pg_any_to_server(pnstrdup(data, len), len, PG_UTF8);
+		return zkl_convert_lossy(data, len, PG_UTF8, GetDatabaseEncoding(),
+								 true);
 	else
 	{
 		char	   *hex = palloc(2 * len + 3);
@@ -155,25 +133,6 @@ data_as_text(const char *data, int len)
 		hex[2 + hex_encode(data, len, hex + 2)] = '\0';
 		return hex;
 	}
-}
-
-/* Is this contender a node this backend holds? */
-static bool
-is_held_here(const char *parent, const Contender *c)
-{
-	ZkHold	   *hold = zkh_find(parent, c->shared);
-
-	return hold && strcmp(strrchr(hold->node.path, '/') + 1, c->name) == 0;
-}
-
-/* Release every outstanding read if the listing is abandoned. */
-static void
-release_reads(Contender *contenders, int n)
-{
-	int			i;
-
-	for (i = 0; i < n; i++)
-		zks_release_request(contenders[i].read);
 }
 
 static void
@@ -186,78 +145,127 @@ await_or_error(ZkRequest *req, TimestampTz deadline)
 						zklock_connect_timeout)));
 }
 
-/* The contenders under parent, in queue order.  Sets *n. */
-static Contender *
-list_contenders(const char *parent, TimestampTz deadline, int *n)
+/*
+ * The queue of one lock, as read for zk_lock_contenders: the listing, its
+ * contenders and a read of each node's data and stat.  entries[i] goes with
+ * reads[i]; order lists the positions in queue order.
+ */
+typedef struct Queue
 {
-	ZkRequest  *list = zks_get_children(parent);
-	Contender  *contenders;
-	int			rc;
+	ZkRequest  *list;
+	ZkqEntry   *entries;
+	ZkRequest **reads;
+	int		   *order;
+	bool	   *holds;
+	int			n;
+} Queue;
+
+static void
+release_queue(Queue *q)
+{
 	int			i;
 
-	PG_TRY();
-	{
-		await_or_error(list, deadline);
-	}
-	PG_CATCH();
-	{
-		zks_release_request(list);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-
-	rc = list->rc;
-	if (rc != ZOK)
-	{
-		zks_release_request(list);
-		if (rc != ZNONODE)
-			zks_report_error(rc, "list children of", parent);
-		*n = 0;
-		return NULL;
-	}
-
-	contenders = palloc0(Max(list->nchildren, 1) * sizeof(Contender));
-	*n = 0;
-	for (i = 0; i < list->nchildren; i++)
-	{
-		Contender  *c = &contenders[*n];
-
-		if (zkn_parse_contender(list->children[i], &c->sequence, &c->shared))
-		{
-			c->name = pstrdup(list->children[i]);
-			(*n)++;
-		}
-	}
-	zks_release_request(list);
-	qsort(contenders, *n, sizeof(Contender), by_sequence);
-	return contenders;
+	for (i = 0; i < q->n; i++)
+		zks_release_request(q->reads[i]);
+	q->n = 0;
+	zks_release_request(q->list);
+	q->list = NULL;
 }
 
-/* Read every contender's data and stat in one pipeline. */
+/*
+ * List the contenders under parent and read every one's data and stat in
+ * one pipeline; order them as the queue rules do.  A contender gone since
+ * the listing is left out.  On an ERROR the caller releases the queue.
+ */
 static void
-read_contenders(const char *parent, Contender *contenders, int n,
-				TimestampTz deadline)
+read_queue(const char *parent, TimestampTz deadline, Queue *q)
 {
+	int			nchildren;
+	int			kept = 0;
 	int			i;
 
-	PG_TRY();
-	{
-		for (i = 0; i < n; i++)
-		{
-			char		path[ZKR_NODE_MAX + ZKR_PARENT_MAX];
+	q->list = zks_get_children(parent);
+	await_or_error(q->list, deadline);
+	if (q->list->rc == ZNONODE)
+		return;
+	if (q->list->rc != ZOK)
+		zks_report_error(q->list->rc, "list children of", parent);
 
-			snprintf(path, sizeof(path), "%s/%s", parent, contenders[i].name);
-			contenders[i].read = zks_get_data(path);
-		}
-		for (i = 0; i < n; i++)
-			await_or_error(contenders[i].read, deadline);
-	}
-	PG_CATCH();
+	nchildren = Max(q->list->nchildren, 1);
+	q->entries = palloc0(nchildren * sizeof(ZkqEntry));
+	q->reads = palloc0(nchildren * sizeof(ZkRequest *));
+	q->order = palloc(nchildren * sizeof(int));
+	q->holds = palloc(nchildren * sizeof(bool));
+	for (i = 0; i < q->list->nchildren; i++)
 	{
-		release_reads(contenders, n);
-		PG_RE_THROW();
+		const char *child = q->list->children[i];
+		ZkqEntry   *e = &q->entries[q->n];
+		char	   *path;
+
+		if (zkn_parse_contender(child, &e->contender) == ZKN_NOT_CONTENDER)
+			continue;
+		e->name = child;
+		path = psprintf("%s/%s", parent, child);
+		q->reads[q->n++] = zks_get_data(path);
+		pfree(path);
 	}
-	PG_END_TRY();
+	for (i = 0; i < q->n; i++)
+		await_or_error(q->reads[i], deadline);
+
+	for (i = 0; i < q->n; i++)
+	{
+		if (q->reads[i]->rc != ZOK)
+		{
+			zks_release_request(q->reads[i]);
+			continue;
+		}
+		q->entries[kept] = q->entries[i];
+		q->entries[kept].czxid = q->reads[i]->stat.czxid;
+		q->reads[kept] = q->reads[i];
+		kept++;
+	}
+	q->n = kept;
+	if (!zkq_describe(q->entries, q->n, zkq_needs_czxid(q->entries, q->n),
+					  q->order, q->holds))
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+}
+
+/* One row of zk_lock_contenders: the contender at index i of the queue. */
+static void
+put_contender(ReturnSetInfo *rsinfo, const char *parent, const Queue *q,
+			  int i, int position)
+{
+	const ZkqEntry *e = &q->entries[i];
+	const ZkRequest *read = q->reads[i];
+	Datum		values[7];
+	bool		nulls[7] = {0};
+	ZknIdentity id;
+	bool		is_zklock;
+
+	is_zklock = strncmp(e->name, "_c_", 3) == 0 && read->data &&
+		is_valid_utf8(read->data, read->datalen) &&
+		zkn_parse_identity(read->data, read->datalen, &id);
+
+	values[0] = Int32GetDatum(position);
+	values[1] = CStringGetTextDatum(data_as_text(e->name, strlen(e->name)));
+	values[2] = CStringGetTextDatum(e->contender.shared ? "shared" : "exclusive");
+	/* This backend's own nodes never block each other. */
+	values[3] = BoolGetDatum(q->holds[i] || zkh_owns_node(parent, e->name));
+	values[4] = CStringGetTextDatum(client_of(e->name, is_zklock));
+	if (is_zklock)
+	{
+		char	   *who = psprintf("pid %ld on %s:%ld, database %s, user %s, application %s",
+								   id.pid, id.host, id.port, id.database,
+								   id.user, id.application_name);
+
+		values[5] = CStringGetTextDatum(data_as_text(who, strlen(who)));
+	}
+	else
+		values[5] = CStringGetTextDatum(data_as_text(read->data, read->datalen));
+	values[6] = Int64GetDatum(read->stat.czxid);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
 /*
@@ -271,65 +279,29 @@ zk_lock_contenders(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	char		parent[ZKR_PARENT_MAX];
-	char		name[ZKN_NAME_MAX + 1];
+	char	   *name;
 	TimestampTz deadline;
-	Contender  *contenders;
-	int			n;
-	int			i;
-	int			position = 0;
-	bool		exclusive_ahead = false;
+	Queue		q = {0};
 
-	zkl_get_lock_parent(fcinfo, parent, name);
+	zkl_get_lock_parent(fcinfo, parent, &name);
 	InitMaterializedSRF(fcinfo, 0);
 	zkl_check_session();
 	zks_open();
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 										   zklock_connect_timeout);
-	contenders = list_contenders(parent, deadline, &n);
-	read_contenders(parent, contenders, n, deadline);
-
-	for (i = 0; i < n; i++)
+	PG_TRY();
 	{
-		Contender  *c = &contenders[i];
-		ZkRequest  *read = c->read;
-		Datum		values[7];
-		bool		nulls[7] = {0};
-		ZknIdentity id;
-		bool		is_zklock;
-		bool		holds;
+		int			i;
 
-		/* A node gone since the listing has left the queue. */
-		if (read->rc != ZOK)
-			continue;
-		position++;
-		holds = c->shared ? !exclusive_ahead : (position == 1);
-		if (!c->shared)
-			exclusive_ahead = true;
-		/* This backend's own nodes never block each other. */
-		holds |= is_held_here(parent, c);
-		is_zklock = strncmp(c->name, "_c_", 3) == 0 && read->data &&
-			is_valid_utf8(read->data, read->datalen) &&
-			zkn_parse_identity(read->data, read->datalen, &id);
-
-		values[0] = Int32GetDatum(position);
-		values[1] = CStringGetTextDatum(c->name);
-		values[2] = CStringGetTextDatum(c->shared ? "shared" : "exclusive");
-		values[3] = BoolGetDatum(holds);
-		values[4] = CStringGetTextDatum(client_of(c, is_zklock));
-		if (is_zklock)
-		{
-			char	   *who = psprintf("pid %ld on %s:%ld, database %s, user %s, application %s",
-									   id.pid, id.host, id.port, id.database,
-									   id.user, id.application_name);
-
-			values[5] = CStringGetTextDatum(data_as_text(who, strlen(who)));
-		}
-		else
-			values[5] = CStringGetTextDatum(data_as_text(read->data, read->datalen));
-		values[6] = Int64GetDatum(read->stat.czxid);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		read_queue(parent, deadline, &q);
+		for (i = 0; i < q.n; i++)
+			put_contender(rsinfo, parent, &q, q.order[i], i + 1);
 	}
-	release_reads(contenders, n);
+	PG_FINALLY();
+	{
+		release_queue(&q);
+	}
+	PG_END_TRY();
 	PG_RETURN_VOID();
 }
 
@@ -344,18 +316,8 @@ zk_status(PG_FUNCTION_ARGS)
 	Datum		values[11];
 	bool		nulls[11] = {0};
 	const char *server = zks_is_open() ? zks_current_server() : NULL;
-	ZkHold	   *holds;
-	bool	   *lost;
-	int			n;
-	int			i;
-	int			held = 0;
-
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-
-	n = zkh_list(&holds, &lost);
-	for (i = 0; i < n; i++)
-		held += !lost[i];
 
 	values[0] = CStringGetTextDatum(session_state_name());
 	if (server)
@@ -370,7 +332,7 @@ zk_status(PG_FUNCTION_ARGS)
 	}
 	else
 		nulls[2] = nulls[3] = true;
-	values[4] = Int32GetDatum(held);
+	values[4] = Int32GetDatum(zkh_held_count());
 	values[5] = Int64GetDatum(zk_stats.acquisitions);
 	values[6] = Int64GetDatum(zk_stats.waits);
 	values[7] = Float8GetDatum(zk_stats.wait_time_us / 1000.0);

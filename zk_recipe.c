@@ -9,16 +9,19 @@
  * peers' exclusive locks still see as a contender) and, without waiting,
  * list the parent.  One session's requests are applied in order, so the
  * listing already contains the new node and acquiring costs one round trip
- * when the lock is free.  The
- * exclusive contender with the lowest sequence holds the lock; any other
- * waits for a watch on its immediate predecessor only, then lists again,
- * because the predecessor may have been a waiter that gave up rather than
- * the holder.  The watcher sends that listing itself, from the library's
- * thread, so a handoff does not wait for the backend to wake up before its
- * read.  A shared contender holds the lock when no exclusive one is
- * ahead of it, and otherwise watches the nearest exclusive one ahead.
+ * when the lock is free.  The queue rules (zk_queue.c) then say whether we
+ * hold the lock or whom to wait for: a get-data watch on that one node
+ * only, after which we list again, because the node may have been a waiter
+ * that gave up rather than the holder.  The watcher sends that listing
+ * itself, from the library's thread, so a handoff does not wait for the
+ * backend to wake up before its read.  When the listing's sequence numbers
+ * cannot order the queue (the server's counter wrapped), the czxid of each
+ * contender is read too.
  *
- * The uuid is fresh for each acquisition and kept across its retries.
+ * Every attempt has a fresh uuid, kept across its retries; a node of the
+ * other mode taken while the first is held shares the holder part of the
+ * first's uuid (zk_queue.c).  A waiter that must queue again (zk_queue.c)
+ * starts a new attempt.
  * After a connection loss during create, the node is looked for by that
  * uuid and adopted only if its ephemeralOwner is our session.  Any second
  * node carrying the uuid (a create applied after we gave up on its reply) is
@@ -37,6 +40,7 @@
 #include "miscadmin.h"
 #include "utils/timestamp.h"
 
+#include "zk_queue.h"
 #include "zk_recipe.h"
 #include "zk_session.h"
 
@@ -50,8 +54,8 @@ typedef struct Acquisition
 	char		guid[ZKN_GUID_LEN + 1];
 	char		prefix[ZKR_NODE_MAX];
 	ZkLockNode *node;			/* path[0] is '\0' until a node is ours */
+	const char *data;			/* the node data: who holds */
 	bool		shared;
-	const char *skip;			/* our node of the other mode, or NULL */
 	TimestampTz deadline;		/* 0: none */
 	bool		waited;			/* had to wait behind another contender */
 	bool		timed_out;		/* the deadline passed */
@@ -59,6 +63,8 @@ typedef struct Acquisition
 	ZkRequest  *create;
 	ZkRequest  *list;
 	ZkRequest  *watch;
+	ZkRequest **stats;			/* read_czxids: one per contender, or NULL */
+	int			nstats;
 	ZkRequest  *path_creates[MAX_PATH_DEPTH];
 	int			npath_creates;
 } Acquisition;
@@ -74,6 +80,19 @@ release_request(ZkRequest **req)
 {
 	zks_release_request(*req);
 	*req = NULL;
+}
+
+static void
+release_stats(Acquisition *acq)
+{
+	int			i;
+
+	for (i = 0; i < acq->nstats; i++)
+		release_request(&acq->stats[i]);
+	if (acq->stats)
+		pfree(acq->stats);
+	acq->stats = NULL;
+	acq->nstats = 0;
 }
 
 /* The waits of an acquisition: false, and timed_out, at the deadline. */
@@ -106,12 +125,15 @@ await_watch(Acquisition *acq, uint64 generation)
 }
 
 /*
- * Node ids need to be unique, not secret: they are drawn from a generator
- * seeded once per backend from the strong source, which costs a fraction of
- * asking that source for every acquisition.
+ * A fresh uuid for an attempt, beginning with owner's first ZKQ_OWNER_LEN
+ * characters if given: a holder's nodes on one name share those (see
+ * zk_queue.c), and every attempt is told apart by the rest.  Node ids need
+ * to be unique, not secret: they are drawn from a generator seeded once
+ * per backend from the strong source, which costs a fraction of asking
+ * that source for every acquisition.
  */
 static void
-make_guid(char guid[ZKN_GUID_LEN + 1])
+make_guid(char guid[ZKN_GUID_LEN + 1], const char *owner)
 {
 	static pg_prng_state guid_state;
 	static bool guid_state_seeded = false;
@@ -145,6 +167,17 @@ make_guid(char guid[ZKN_GUID_LEN + 1])
 	}
 	*out = '\0';
 	Assert(out - guid == ZKN_GUID_LEN);
+	if (owner)
+		memcpy(guid, owner, ZKQ_OWNER_LEN);
+}
+
+/* Start an attempt: a new uuid and the node path prefix that goes with it. */
+static void
+new_attempt(Acquisition *acq, const char *owner)
+{
+	make_guid(acq->guid, owner);
+	snprintf(acq->prefix, sizeof(acq->prefix), "%s/_c_%s-%slock-",
+			 acq->parent, acq->guid, acq->shared ? "read-" : "");
 }
 
 static const char *
@@ -214,7 +247,6 @@ static Search
 find_own_node(Acquisition *acq)
 {
 	char		found[ZKR_NODE_MAX] = "";
-	int32_t		found_seq = 0;
 	int			i;
 	int			rc;
 
@@ -222,19 +254,16 @@ find_own_node(Acquisition *acq)
 	if (!await_reply(acq, acq->list))
 		return SEARCH_TIMED_OUT;
 	rc = acq->list->rc;
-	for (i = 0; rc == ZOK && i < acq->list->nchildren; i++)
+	for (i = 0; rc == ZOK && i < acq->list->nchildren && found[0] == '\0'; i++)
 	{
 		const char *child = acq->list->children[i];
-		int32_t		seq;
-		bool		shared;
+		ZknContender contender;
 
-		if (zkn_has_guid(child, acq->guid) &&
-			zkn_parse_contender(child, &seq, &shared) &&
-			(found[0] == '\0' || seq < found_seq))
-		{
+		/* Any second node of ours is deleted as a stray when listed. */
+		if (zkn_is_node_of(child, acq->guid, acq->shared) &&
+			zkn_parse_contender(child, &contender) != ZKN_NOT_CONTENDER &&
+			strlen(acq->parent) + 1 + strlen(child) < sizeof(found))
 			snprintf(found, sizeof(found), "%s/%s", acq->parent, child);
-			found_seq = seq;
-		}
 	}
 	release_request(&acq->list);
 	if (found[0] == '\0')
@@ -258,7 +287,7 @@ find_own_node(Acquisition *acq)
  * Returns false at the deadline.
  */
 static bool
-create_node(Acquisition *acq, const char *data)
+create_node(Acquisition *acq)
 {
 	int			missing_parent = 0;
 
@@ -266,7 +295,7 @@ create_node(Acquisition *acq, const char *data)
 	{
 		int			rc;
 
-		acq->create = zks_create(acq->prefix, data, strlen(data),
+		acq->create = zks_create(acq->prefix, acq->data, strlen(acq->data),
 								 ZOO_EPHEMERAL_SEQUENTIAL);
 		acq->list = zks_get_children(acq->parent);
 		if (!await_reply(acq, acq->create))
@@ -326,78 +355,162 @@ report_node_gone(Acquisition *acq)
 }
 
 /*
- * From a listing of the parent, find the contender we must wait for: for an
- * exclusive node the one just before it, for a shared node the nearest
- * earlier exclusive one (readers share).  Returns false if we hold the
- * lock.  Our own node of the other mode never blocks us, as a backend's
- * own advisory locks never conflict.  Deletes stray nodes of this
- * acquisition on the way.
+ * Read the contenders of the listing into entries, deleting stray nodes of
+ * this acquisition on the way.
  */
-static bool
-find_predecessor(Acquisition *acq, char *predecessor, size_t size)
+static int
+parse_listing(Acquisition *acq, ZkqEntry *entries)
 {
-	const char *own = basename_of(acq->node->path);
-	int32_t		own_seq = 0;
-	bool		own_shared;
-	bool		own_seen = false;
-	bool		found = false;
-	int32_t		best_seq = 0;
+	int			n = 0;
 	int			i;
-
-	if (!zkn_parse_contender(own, &own_seq, &own_shared))
-		elog(ERROR, "zklock created a node with an unexpected name: \"%s\"",
-			 acq->node->path);
 
 	for (i = 0; i < acq->list->nchildren; i++)
 	{
 		const char *child = acq->list->children[i];
-		int32_t		seq;
-		bool		shared;
+		ZkqEntry   *e = &entries[n];
 
-		if (strcmp(child, own) == 0)
-		{
-			own_seen = true;
+		if (zkn_parse_contender(child, &e->contender) == ZKN_NOT_CONTENDER)
 			continue;
-		}
-		if (zkn_has_guid(child, acq->guid))
+		if (zkn_is_node_of(child, acq->guid, acq->shared) &&
+			strcmp(child, basename_of(acq->node->path)) != 0)
 		{
-			char		stray[ZKR_NODE_MAX];
+			char	   *stray = psprintf("%s/%s", acq->parent, child);
 
-			snprintf(stray, sizeof(stray), "%s/%s", acq->parent, child);
 			if (!zks_delete_later(stray))
 				ereport(ERROR,
 						(errcode(ERRCODE_OUT_OF_MEMORY),
 						 errmsg("out of memory")));
+			pfree(stray);
 			continue;
 		}
-		if (acq->skip && strcmp(child, acq->skip) == 0)
-			continue;
-		if (!zkn_parse_contender(child, &seq, &shared) || seq >= own_seq)
-			continue;
-		if (acq->shared && shared)
-			continue;
-		if (!found || seq > best_seq)
-		{
-			found = true;
-			best_seq = seq;
-			snprintf(predecessor, size, "%s/%s", acq->parent, child);
-		}
+		e->name = child;
+		e->czxid = 0;
+		n++;
 	}
-	if (!own_seen)
-		report_node_gone(acq);
-	return found;
+	return n;
+}
+
+typedef enum Reading
+{
+	READ_DONE,
+	READ_AGAIN,					/* the connection dropped: list again */
+	READ_TIMED_OUT
+} Reading;
+
+/*
+ * Read the czxid of every contender but our own, in one pipeline, for a
+ * queue whose sequence numbers cannot be trusted (zk_queue.c).  Contenders
+ * gone meanwhile are dropped from entries.
+ */
+static Reading
+read_czxids(Acquisition *acq, ZkqEntry *entries, int *n, int own)
+{
+	Reading		reading = READ_DONE;
+	int			kept = 0;
+	int			i;
+
+	acq->stats = palloc0(*n * sizeof(ZkRequest *));
+	acq->nstats = *n;
+	for (i = 0; i < *n; i++)
+	{
+		char	   *path;
+
+		if (i == own)
+			continue;
+		path = psprintf("%s/%s", acq->parent, entries[i].name);
+		acq->stats[i] = zks_exists(path);
+		pfree(path);
+	}
+	for (i = 0; i < *n && reading == READ_DONE; i++)
+	{
+		if (i != own && !await_reply(acq, acq->stats[i]))
+			reading = READ_TIMED_OUT;
+	}
+	for (i = 0; i < *n && reading == READ_DONE; i++)
+	{
+		ZkRequest  *req = acq->stats[i];
+
+		if (i == own)
+			entries[i].czxid = acq->node->czxid;
+		else if (req->rc == ZOK)
+			entries[i].czxid = req->stat.czxid;
+		else if (req->rc == ZNONODE)
+			continue;
+		else if (is_retryable(req->rc))
+			reading = READ_AGAIN;
+		else
+			zks_report_error(req->rc, "check", entries[i].name);
+		entries[kept++] = entries[i];
+	}
+	release_stats(acq);
+	*n = kept;
+	return reading;
 }
 
 /*
- * Wait in the queue until ours is the lowest node.  Returns false if we may
- * not wait, or at the deadline.
+ * From the listing in acq->list, decide by the queue rules (zk_queue.c)
+ * whether we hold the lock, must wait (for *predecessor, a palloc'd path)
+ * or must queue again.  Returns false if the listing must be taken again,
+ * or at the deadline (timed_out set).
+ */
+static bool
+decide(Acquisition *acq, ZkqVerdict *verdict, char **predecessor)
+{
+	ZkqEntry   *entries = palloc(Max(acq->list->nchildren, 1) * sizeof(ZkqEntry));
+	const char *own_name = basename_of(acq->node->path);
+	int			n = parse_listing(acq, entries);
+	int			own = -1;
+	bool		by_czxid;
+	int			watch = -1;
+	int			i;
+	Reading		reading = READ_DONE;
+
+	for (i = 0; i < n; i++)
+		if (strcmp(entries[i].name, own_name) == 0)
+			own = i;
+	if (own < 0)
+		report_node_gone(acq);
+	if (entries[own].contender.form != ZKN_SEQUENCED &&
+		entries[own].contender.form != ZKN_WRAPPED)
+		elog(ERROR, "zklock created a node with an unexpected name: \"%s\"",
+			 acq->node->path);
+
+	by_czxid = zkq_needs_czxid(entries, n);
+	if (by_czxid)
+	{
+		reading = read_czxids(acq, entries, &n, own);
+		for (i = 0; i < n; i++)
+			if (strcmp(entries[i].name, own_name) == 0)
+				own = i;
+	}
+	*predecessor = NULL;
+	if (reading == READ_DONE)
+	{
+		*verdict = zkq_decide(entries, n, own, by_czxid, &watch);
+		if (*verdict == ZKQ_NO_MEMORY)
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("out of memory")));
+		if (*verdict == ZKQ_WAIT)
+			*predecessor = psprintf("%s/%s", acq->parent, entries[watch].name);
+	}
+	pfree(entries);
+	if (reading == READ_TIMED_OUT)
+		acq->timed_out = true;
+	return reading == READ_DONE;
+}
+
+/*
+ * Wait in the queue until the queue rules grant us the lock.  Returns
+ * false if we may not wait, or at the deadline.
  */
 static bool
 wait_in_queue(Acquisition *acq, bool wait)
 {
 	for (;;)
 	{
-		char		predecessor[ZKR_NODE_MAX];
+		char	   *predecessor;
+		ZkqVerdict	verdict;
 		uint64		generation;
 		int			rc;
 
@@ -419,14 +532,39 @@ wait_in_queue(Acquisition *acq, bool wait)
 				return false;
 			continue;
 		}
-		if (!find_predecessor(acq, predecessor, sizeof(predecessor)))
+		if (!decide(acq, &verdict, &predecessor))
 		{
 			release_request(&acq->list);
-			return true;
+			if (acq->timed_out || !await_connected(acq))
+				return false;
+			continue;
 		}
 		release_request(&acq->list);
+		if (verdict == ZKQ_HOLDS)
+			return true;
 		if (!wait)
+		{
+			if (predecessor)
+				pfree(predecessor);
 			return false;
+		}
+		if (verdict == ZKQ_REQUEUE)
+		{
+			/* Our old node goes the way of any given up; a new attempt. */
+			acq->waited = true;
+			if (!zks_delete_later(acq->node->path))
+				ereport(ERROR,
+						(errcode(ERRCODE_OUT_OF_MEMORY),
+						 errmsg("out of memory")));
+			acq->node->path[0] = '\0';
+			if (acq->reply_lost)
+				zks_sweep_later(acq->parent, acq->guid, acq->shared);
+			acq->reply_lost = false;
+			new_attempt(acq, NULL);
+			if (!create_node(acq))
+				return false;
+			continue;
+		}
 
 		/* A get-data watch: an exists watch on a gone node would linger. */
 		acq->waited = true;
@@ -448,6 +586,7 @@ wait_in_queue(Acquisition *acq, bool wait)
 		}
 		else if (rc != ZNONODE)
 			zks_report_error(rc, "watch", predecessor);
+		pfree(predecessor);
 	}
 }
 
@@ -462,6 +601,7 @@ abandon(Acquisition *acq)
 	release_request(&acq->create);
 	release_request(&acq->list);
 	release_request(&acq->watch);
+	release_stats(acq);
 	zks_cancel_listing();
 	for (i = 0; i < acq->npath_creates; i++)
 		release_request(&acq->path_creates[i]);
@@ -471,7 +611,7 @@ abandon(Acquisition *acq)
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("out of memory")));
 	if (acq->reply_lost)
-		zks_sweep_later(acq->parent, acq->guid);
+		zks_sweep_later(acq->parent, acq->guid, acq->shared);
 	acq->node->path[0] = '\0';
 	zkr_wait_released();
 }
@@ -496,17 +636,16 @@ zkr_acquire(const char *parent, bool shared, const char *other_node,
 	acq->parent = parent;
 	acq->node = node;
 	acq->shared = shared;
-	acq->skip = other_node ? basename_of(other_node) : NULL;
 	acq->deadline = deadline;
+	acq->data = data;
 	node->path[0] = '\0';
-	make_guid(acq->guid);
-	snprintf(acq->prefix, sizeof(acq->prefix), "%s/_c_%s-%slock-",
-			 parent, acq->guid, shared ? "read-" : "");
+	/* A second mode's node shares the holder part of the first's uuid. */
+	new_attempt(acq, other_node ? basename_of(other_node) + 3 : NULL);
 
 	zks_send_pending_deletes();
 	PG_TRY();
 	{
-		if (create_node(acq, data) && wait_in_queue(acq, wait))
+		if (create_node(acq) && wait_in_queue(acq, wait))
 		{
 			zks_keep_node(node->path);
 			result = ZKR_GRANTED;
@@ -540,7 +679,7 @@ zkr_verify(const char *node_path)
 {
 	for (;;)
 	{
-		ZkRequest  *req = zks_exists(node_path);
+		ZkRequest  *req = zks_exists_synced(node_path);
 		int			rc;
 		bool		ours;
 

@@ -20,8 +20,11 @@
 /* Longest lock parent path: <root>/<encoded name>. */
 #define ZKR_PARENT_MAX		(ZKR_ROOT_MAX + 1 + ZKN_ENCODED_MAX)
 
-/* Longest contender path: <parent>/_c_<guid>-read-lock-<10-char sequence>. */
-#define ZKR_NODE_MAX		(ZKR_PARENT_MAX + 4 + ZKN_GUID_LEN + 11 + 10)
+/*
+ * Longest contender path: <parent>/_c_<guid>-read-lock-<sequence>, where a
+ * wrapped sequence takes 11 characters.
+ */
+#define ZKR_NODE_MAX		(ZKR_PARENT_MAX + 4 + ZKN_GUID_LEN + 11 + 11)
 
 /* Longest wait for ZooKeeper to confirm a release. */
 #define ZKR_RELEASE_WAIT_MAX_MS	2000

@@ -19,9 +19,24 @@
  * library's threads never run PostgreSQL's signal handlers, and closed at
  * backend exit so the server drops our ephemeral nodes at once.
  *
- * Deleting the nodes a backend gives up is the janitor's job (zk_janitor.c);
- * noticing a lost session while the backend is busy elsewhere is the loss
- * watchdog's, below.
+ * The handle is made on a short-lived thread of its own, because making it
+ * resolves the host names, which can take long and must stay cancellable;
+ * the backend waits for that thread as for any reply.
+ *
+ * Contact.  The server expires a session one session timeout T after it
+ * last heard from the client, while the library reports a disconnection
+ * only two thirds of T after the last reply.  So zklock keeps its own clock:
+ * the send time of the newest request the server answered (a reconnect
+ * counts as an answer).  Its loss watchdog sends a cheap read whenever a
+ * quarter of T passes without one, and declares the session lost when T
+ * passes without an answer: never later than the server could expire it.
+ * A read may be answered by a follower that has lost its leader, which
+ * then keeps the client content until it gives up, while the leader
+ * expires the session.  So COMMIT of a transaction holding zklocks also
+ * asks for an answer from the leader (a sync) unless a write or sync was
+ * answered within the last third of T.
+ *
+ * Deleting the nodes a backend gives up is the janitor's job (zk_janitor.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -31,9 +46,11 @@
 #include <signal.h>
 #include <time.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "miscadmin.h"
+#include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "utils/memutils.h"
@@ -48,8 +65,9 @@ char	   *zklock_hosts = NULL;
 int			zklock_session_timeout = 10000;
 int			zklock_connect_timeout = 5000;
 int			zklock_client_log_level = ZOO_LOG_LEVEL_ERROR;
-bool		zklock_synchronous_release = false;
+bool		zklock_synchronous_release = true;
 char	   *zklock_auth = NULL;
+char	   *zklock_auth_file = NULL;
 bool		zklock_world_readable = false;
 
 /*
@@ -62,20 +80,23 @@ static int	conn_state = 0;
 static bool session_expired = false;
 static bool auth_failed = false;
 static bool ever_connected = false;
-static struct timespec disconnected_at;
 static int	negotiated_timeout = 0;
 static uint64 watch_generation = 0;
 static uint64 connect_count = 0;
 
 /*
- * A frozen process (SIGSTOP, a paused VM) hears nothing from ZooKeeper, and
- * on waking the library still says "connected" until its I/O thread looks;
- * the session may have expired meanwhile.  The watchdog turns every quarter
- * session timeout, and a gap of half a timeout between turns counts as a
- * freeze, so holds are verified again as after a reconnect.
+ * Every event carries the generation of the handle it is about: a handle
+ * given up while it was being made, or closed, must not touch the state of
+ * the one in use.
  */
-static struct timespec last_turn;
-static uint64 freeze_count = 0;
+static uint64 handle_generation = 0;
+
+/* The contact clock (see the header comment), on CLOCK_MONOTONIC. */
+static struct timespec connecting_since;	/* since the last disconnection */
+static struct timespec last_heard;
+static struct timespec last_leader_heard;
+static struct timespec last_heartbeat;	/* when one was last sent */
+static bool heartbeat_in_flight = false;
 
 /*
  * A waiter's next listing of its queue, sent by the watcher itself when the
@@ -95,11 +116,11 @@ static PendingListing *listing_armed = NULL;
 static ZkRequest *listing_sent = NULL;
 
 /*
- * The loss watchdog: a plain thread that notices when the session has been
- * cut off for as long as its timeout (no library event says so) or has
- * expired, and then, if a transaction holds zklocks, cancels the running
- * statement with SIGINT so the critical section stops at once.  Also
- * protected by zks_mutex.
+ * The loss watchdog: a plain thread that keeps the contact clock going and
+ * notices when the session has gone unheard for its timeout (no library
+ * event says so) or has expired, and then, if a transaction holds zklocks,
+ * cancels the running statement with SIGINT so the work under the lock
+ * stops at once.  Also protected by zks_mutex.
  */
 static pthread_cond_t watchdog_cond;
 static pthread_t watchdog_thread;
@@ -114,10 +135,19 @@ static bool loss_cancel_sent = false;
 static int	wake_fd = -1;
 static WaitEventSet *wait_set = NULL;
 static bool exit_callback_registered = false;
-static char *opened_hosts = NULL;
-static int	opened_session_timeout = 0;
-static char *opened_auth = NULL;
-static bool opened_world_readable = false;
+
+/* The settings the open session was made with. */
+typedef struct SessionSettings
+{
+	char	   *hosts;
+	char	   *auth;			/* zklock.auth as set */
+	char	   *auth_file;		/* zklock.auth_file as set */
+	int			session_timeout;
+	int			client_log_level;
+	bool		world_readable;
+} SessionSettings;
+
+static SessionSettings opened;
 
 /*
  * The ACL for the nodes this session creates: open to all without
@@ -135,6 +165,9 @@ static int64 session_id = 0;
  * interval and count the rest.
  */
 #define HOST_RESOLUTION_DELAY_MS	60000
+
+/* The longest single sleep: WaitEventSetWait takes an int of milliseconds. */
+#define MAX_SLEEP_MS				60000
 
 #define CLIENT_LOG_INTERVAL_SEC	10
 #define CLIENT_LOG_LINES		5
@@ -190,12 +223,57 @@ drain_wake_fd(void)
 
 static void send_claimed_listing(zhandle_t *handle, PendingListing *claimed);
 
+static int64
+ms_since(const struct timespec *then, const struct timespec *now)
+{
+	return (int64) (now->tv_sec - then->tv_sec) * 1000 +
+		(now->tv_nsec - then->tv_nsec) / 1000000;
+}
+
+static bool
+later(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec > b->tv_sec ||
+		(a->tv_sec == b->tv_sec && a->tv_nsec > b->tv_nsec);
+}
+
+/* Did the server answer a request with this result?  (Else the library did.) */
+static bool
+server_answered(int rc)
+{
+	return rc == ZOK ||
+		(rc <= ZAPIERROR && rc != ZCLOSING && rc != ZSESSIONEXPIRED &&
+		 rc != ZSESSIONMOVED);
+}
+
+/*
+ * A request sent at sent_at was answered: the server heard from us then.
+ * Caller holds zks_mutex.
+ */
+void
+zks_note_heard_locked(const struct timespec *sent_at, bool via_leader, int rc)
+{
+	if (!server_answered(rc))
+		return;
+	if (later(sent_at, &last_heard))
+		last_heard = *sent_at;
+	if (via_leader && later(sent_at, &last_leader_heard))
+		last_leader_heard = *sent_at;
+}
+
+static void *
+generation_context(uint64 generation)
+{
+	return (void *) (uintptr_t) generation;
+}
+
 /*
  * The watcher for session events and for the watches the recipe sets.  A
- * watch carries no context: any watch firing bumps a generation counter and
- * the waiting backend re-reads the queue, so a stale watch from an earlier
- * wait costs one harmless re-read.  A watch on the node a waiter watches
- * now also sends the waiter's listing (see PendingListing).
+ * watch carries no context but the handle's generation: any watch firing
+ * bumps a generation counter and the waiting backend re-reads the queue, so
+ * a stale watch from an earlier wait costs one harmless re-read.  A watch on
+ * the node a waiter watches now also sends the waiter's listing (see
+ * PendingListing).
  */
 static void
 session_watcher(zhandle_t *handle, int type, int state, const char *path,
@@ -205,7 +283,27 @@ session_watcher(zhandle_t *handle, int type, int state, const char *path,
 	int			timeout = zoo_recv_timeout(handle);
 	PendingListing *claimed = NULL;
 
+	/*
+	 * On a reconnect, re-send the deletes that wait for one before the
+	 * backend can see the session connected and send anything else: one
+	 * session's requests are applied in order, so its next listing or
+	 * create comes after them.
+	 */
+	if (type == ZOO_SESSION_EVENT && state == ZOO_CONNECTED_STATE)
+	{
+		pthread_mutex_lock(&zks_mutex);
+		reconnected = (uint64) (uintptr_t) context == handle_generation;
+		pthread_mutex_unlock(&zks_mutex);
+		if (reconnected)
+			janitor_kick(handle);
+	}
+
 	pthread_mutex_lock(&zks_mutex);
+	if ((uint64) (uintptr_t) context != handle_generation)
+	{
+		pthread_mutex_unlock(&zks_mutex);
+		return;
+	}
 	if (type != ZOO_SESSION_EVENT && listing_armed != NULL && path != NULL &&
 		strcmp(path, listing_armed->watched) == 0)
 	{
@@ -219,9 +317,18 @@ session_watcher(zhandle_t *handle, int type, int state, const char *path,
 		if (state == ZOO_CONNECTED_STATE)
 		{
 			ever_connected = true;
-			reconnected = true;
 			negotiated_timeout = timeout;
 			connect_count++;
+
+			/*
+			 * The server renewed the session to let us in, at some time after
+			 * we began connecting, which is all we know for sure; a heartbeat
+			 * follows at once and tells more.
+			 */
+			if (later(&connecting_since, &last_heard))
+				last_heard = connecting_since;
+			if (later(&connecting_since, &last_leader_heard))
+				last_leader_heard = connecting_since;
 		}
 		else if (state == ZOO_EXPIRED_SESSION_STATE)
 		{
@@ -231,7 +338,7 @@ session_watcher(zhandle_t *handle, int type, int state, const char *path,
 		else if (state == ZOO_AUTH_FAILED_STATE)
 			auth_failed = true;
 		else
-			clock_gettime(CLOCK_MONOTONIC, &disconnected_at);
+			clock_gettime(CLOCK_MONOTONIC, &connecting_since);
 	}
 	/* After a reconnect a waiter re-checks the queue too. */
 	watch_generation++;
@@ -240,8 +347,6 @@ session_watcher(zhandle_t *handle, int type, int state, const char *path,
 
 	if (claimed)
 		send_claimed_listing(handle, claimed);
-	if (reconnected)
-		janitor_kick(handle);
 	zks_wake_backend();
 }
 
@@ -266,6 +371,17 @@ request_finish(ZkRequest *req, int rc)
 	bool		abandoned;
 
 	pthread_mutex_lock(&zks_mutex);
+	if (req->done)
+	{
+		/* The late completion of a request we finished ourselves. */
+		req->late_done = true;
+		abandoned = req->abandoned;
+		pthread_mutex_unlock(&zks_mutex);
+		if (abandoned)
+			request_free(req);
+		return;
+	}
+	zks_note_heard_locked(&req->sent_at, req->via_leader, rc);
 	req->rc = rc;
 	req->done = true;
 	abandoned = req->abandoned;
@@ -348,7 +464,7 @@ children_done(int rc, const struct String_vector *strings, const void *data)
 }
 
 static ZkRequest *
-request_new(void)
+request_new(bool via_leader)
 {
 	ZkRequest  *req = calloc(1, sizeof(ZkRequest));
 
@@ -356,6 +472,8 @@ request_new(void)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("out of memory")));
+	req->via_leader = via_leader;
+	clock_gettime(CLOCK_MONOTONIC, &req->sent_at);
 	return req;
 }
 
@@ -377,7 +495,7 @@ request_queued(ZkRequest *req, int rc, const char *what, const char *path)
 ZkRequest *
 zks_create(const char *path, const char *data, int datalen, int mode)
 {
-	ZkRequest  *req = request_new();
+	ZkRequest  *req = request_new(true);
 
 	return request_queued(req,
 						  zoo_acreate2(zks_zh, path, data, datalen,
@@ -389,7 +507,7 @@ zks_create(const char *path, const char *data, int datalen, int mode)
 ZkRequest *
 zks_get_children(const char *path)
 {
-	ZkRequest  *req = request_new();
+	ZkRequest  *req = request_new(false);
 
 	return request_queued(req,
 						  zoo_aget_children(zks_zh, path, 0, children_done, req),
@@ -404,7 +522,7 @@ zks_get_children(const char *path)
 ZkRequest *
 zks_get_children_synced(const char *path)
 {
-	ZkRequest  *req = request_new();
+	ZkRequest  *req = request_new(false);
 	int			rc = zks_send_sync(zks_zh, path);
 
 	if (rc == ZOK)
@@ -415,17 +533,45 @@ zks_get_children_synced(const char *path)
 ZkRequest *
 zks_exists(const char *path)
 {
-	ZkRequest  *req = request_new();
+	ZkRequest  *req = request_new(false);
 
 	return request_queued(req,
 						  zoo_aexists(zks_zh, path, 0, stat_done, req),
 						  "check", path);
 }
 
+/* Check a node as the leader has it, likewise. */
+ZkRequest *
+zks_exists_synced(const char *path)
+{
+	ZkRequest  *req = request_new(false);
+	int			rc = zks_send_sync(zks_zh, path);
+
+	if (rc == ZOK)
+		rc = zoo_aexists(zks_zh, path, 0, stat_done, req);
+	return request_queued(req, rc, "check", path);
+}
+
+static void
+sync_done(int rc, const char *value, const void *data)
+{
+	request_finish((ZkRequest *) data, rc);
+}
+
+/* Ask the leader for an answer: a sync, which the leader replies to. */
+static ZkRequest *
+zks_sync(const char *path)
+{
+	ZkRequest  *req = request_new(true);
+
+	return request_queued(req, zoo_async(zks_zh, path, sync_done, req),
+						  "sync", path);
+}
+
 ZkRequest *
 zks_get_data(const char *path)
 {
-	ZkRequest  *req = request_new();
+	ZkRequest  *req = request_new(false);
 
 	return request_queued(req,
 						  zoo_aget(zks_zh, path, 0, data_done, req),
@@ -456,10 +602,11 @@ zks_negotiated_timeout(void)
 ZkRequest *
 zks_watch_data(const char *path)
 {
-	ZkRequest  *req = request_new();
+	ZkRequest  *req = request_new(false);
 
 	return request_queued(req,
-						  zoo_awget(zks_zh, path, session_watcher, NULL,
+						  zoo_awget(zks_zh, path, session_watcher,
+									generation_context(handle_generation),
 									data_done, req),
 						  "watch", path);
 }
@@ -476,12 +623,32 @@ pending_listing_free(PendingListing *pending)
 static void
 send_claimed_listing(zhandle_t *handle, PendingListing *claimed)
 {
-	int			rc = zoo_aget_children(handle, claimed->parent, 0,
-									   children_done, claimed->listing);
+	int			rc;
 
-	/* Unless refused outright, the library completes the request. */
+	clock_gettime(CLOCK_MONOTONIC, &claimed->listing->sent_at);
+	rc = zoo_aget_children(handle, claimed->parent, 0, children_done,
+						   claimed->listing);
+
+	/*
+	 * Refused outright, no completion comes; after ZMARSHALLINGERROR one
+	 * may or may not.  The waiter must not wait for it: finish it as a
+	 * connection loss (the waiter lists again), and let a late completion
+	 * find it done.
+	 */
 	if (rc != ZOK && zks_refused_outright(rc))
 		request_finish(claimed->listing, rc);
+	else if (rc != ZOK)
+	{
+		pthread_mutex_lock(&zks_mutex);
+		if (!claimed->listing->done)
+		{
+			claimed->listing->maybe_late = true;
+			claimed->listing->rc = ZCONNECTIONLOSS;
+			claimed->listing->done = true;
+		}
+		pthread_mutex_unlock(&zks_mutex);
+		zks_wake_backend();
+	}
 	pending_listing_free(claimed);
 }
 
@@ -555,25 +722,27 @@ zks_cancel_listing(void)
 void
 zks_release_request(ZkRequest *req)
 {
-	bool		done;
+	bool		free_now;
 
 	if (req == NULL)
 		return;
 	pthread_mutex_lock(&zks_mutex);
-	done = req->done;
-	if (!done)
+	free_now = req->done && (!req->maybe_late || req->late_done);
+	if (!free_now)
 		req->abandoned = true;
 	pthread_mutex_unlock(&zks_mutex);
-	if (done)
+	if (free_now)
 		request_free(req);
 }
 
+/* Milliseconds left until deadline (0: none, -1 returned), capped. */
 static long
 ms_until(TimestampTz deadline)
 {
 	if (deadline == 0)
 		return -1;
-	return TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+	return Min(TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline),
+			   MAX_SLEEP_MS);
 }
 
 /*
@@ -586,6 +755,8 @@ sleep_for_event(long timeout_ms, bool interruptible)
 {
 	WaitEvent	event;
 
+	if (timeout_ms > MAX_SLEEP_MS)
+		timeout_ms = MAX_SLEEP_MS;
 	(void) WaitEventSetWait(wait_set, timeout_ms, &event, 1, PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);
 	drain_wake_fd();
@@ -593,42 +764,20 @@ sleep_for_event(long timeout_ms, bool interruptible)
 		CHECK_FOR_INTERRUPTS();
 }
 
-static int64
-ms_since(const struct timespec *then, const struct timespec *now)
-{
-	return (int64) (now->tv_sec - then->tv_sec) * 1000 +
-		(now->tv_nsec - then->tv_nsec) / 1000000;
-}
-
-/* A turn of the watchdog, or a look by the backend: notice a freeze. */
-static void
-note_turn_locked(void)
-{
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	if (negotiated_timeout > 0 && last_turn.tv_sec != 0 &&
-		ms_since(&last_turn, &now) > negotiated_timeout / 2)
-		freeze_count++;
-	last_turn = now;
-}
-
 /*
- * Has the session been cut off for as long as its timeout?  The server has
- * then expired it, even though the library can only say so after it
+ * Has the server gone unheard for the session timeout?  It may then have
+ * expired the session, even though the library can only say so after it
  * reconnects, so our nodes must be taken as gone.
  */
 static bool
-cut_off_too_long_locked(void)
+unheard_too_long_locked(void)
 {
 	struct timespec now;
-	int64		elapsed_ms;
 
-	if (conn_state == ZOO_CONNECTED_STATE || !ever_connected)
+	if (!ever_connected)
 		return false;
 	clock_gettime(CLOCK_MONOTONIC, &now);
-	elapsed_ms = ms_since(&disconnected_at, &now);
-	return elapsed_ms >= negotiated_timeout;
+	return ms_since(&last_heard, &now) >= negotiated_timeout;
 }
 
 /*
@@ -639,14 +788,14 @@ cut_off_too_long_locked(void)
 static bool
 lost_locked(void)
 {
-	if (session_expired || auth_failed || cut_off_too_long_locked())
+	if (session_expired || auth_failed || unheard_too_long_locked())
 		declared_lost = true;
 	return declared_lost;
 }
 
 /*
- * Connected: our nodes are there.  Unsure: disconnected, but for less than
- * the session timeout, so they may be.  Lost: they are gone.
+ * Connected: our nodes are there.  Unsure: disconnected, but heard from
+ * within the session timeout, so they may be.  Lost: they are gone.
  */
 ZksState
 zks_state(void)
@@ -674,8 +823,8 @@ zks_is_lost(void)
 }
 
 /*
- * Changes whenever our nodes may have gone unseen: on a reconnect, and when
- * the process was frozen for half a session timeout.
+ * Changes on every reconnect: our nodes may have been deleted by another
+ * client while we could not see.
  */
 uint64
 zks_contact_epoch(void)
@@ -683,8 +832,7 @@ zks_contact_epoch(void)
 	uint64		epoch;
 
 	pthread_mutex_lock(&zks_mutex);
-	note_turn_locked();
-	epoch = connect_count + freeze_count;
+	epoch = connect_count;
 	pthread_mutex_unlock(&zks_mutex);
 	return epoch;
 }
@@ -752,13 +900,87 @@ zks_take_loss_cancel(void)
 	return sent;
 }
 
+/* A heartbeat read in flight; freed by its completion. */
+typedef struct Heartbeat
+{
+	struct timespec sent_at;
+	uint64		generation;
+} Heartbeat;
+
+static void
+heartbeat_done(int rc, const struct Stat *stat, const void *data)
+{
+	Heartbeat  *beat = (Heartbeat *) data;
+
+	pthread_mutex_lock(&zks_mutex);
+	if (beat->generation == handle_generation)
+	{
+		zks_note_heard_locked(&beat->sent_at, false, rc);
+		heartbeat_in_flight = false;
+		pthread_cond_signal(&watchdog_cond);
+	}
+	pthread_mutex_unlock(&zks_mutex);
+	free(beat);
+}
+
+/*
+ * Send a heartbeat: the cheapest read the server answers.  Called by the
+ * watchdog with zks_mutex held; the library is called without it.
+ */
+static void
+send_heartbeat_locked(const struct timespec *now)
+{
+	Heartbeat  *beat = malloc(sizeof(Heartbeat));
+	zhandle_t  *handle = zks_zh;
+	int			rc;
+
+	if (beat == NULL || handle == NULL)
+	{
+		free(beat);
+		return;
+	}
+	beat->sent_at = *now;
+	beat->generation = handle_generation;
+	heartbeat_in_flight = true;
+	last_heartbeat = *now;
+	pthread_mutex_unlock(&zks_mutex);
+	rc = zoo_aexists(handle, "/", 0, heartbeat_done, beat);
+	pthread_mutex_lock(&zks_mutex);
+	if (rc != ZOK)
+	{
+		/* Try again at the next turn; see janitor_send about the leak. */
+		heartbeat_in_flight = false;
+		if (zks_refused_outright(rc))
+			free(beat);
+	}
+}
+
+static struct timespec
+plus_ms(const struct timespec *t, int64 ms)
+{
+	struct timespec r = *t;
+
+	r.tv_sec += ms / 1000;
+	r.tv_nsec += (long) (ms % 1000) * 1000000;
+	if (r.tv_nsec >= 1000000000)
+	{
+		r.tv_sec++;
+		r.tv_nsec -= 1000000000;
+	}
+	return r;
+}
+
 static void *
 watchdog_main(void *arg)
 {
 	pthread_mutex_lock(&zks_mutex);
 	while (!watchdog_stop)
 	{
-		note_turn_locked();
+		struct timespec now;
+		struct timespec until;
+		struct timespec beat_due;
+
+		clock_gettime(CLOCK_MONOTONIC, &now);
 		if (lost_locked())
 		{
 			if (!loss_acted_on)
@@ -773,36 +995,117 @@ watchdog_main(void *arg)
 				zks_wake_backend();
 			}
 			pthread_cond_wait(&watchdog_cond, &zks_mutex);
+			continue;
 		}
-		else if (ever_connected && conn_state != ZOO_CONNECTED_STATE)
+		if (!ever_connected || negotiated_timeout <= 0)
 		{
-			/* Sleep until the cut-off would reach the session timeout. */
-			struct timespec until = disconnected_at;
-
-			until.tv_sec += negotiated_timeout / 1000;
-			until.tv_nsec += (long) (negotiated_timeout % 1000) * 1000000 + 1000000;
-			if (until.tv_nsec >= 1000000000)
-			{
-				until.tv_sec++;
-				until.tv_nsec -= 1000000000;
-			}
-			pthread_cond_timedwait(&watchdog_cond, &zks_mutex, &until);
-		}
-		else if (negotiated_timeout > 0)
-		{
-			struct timespec until;
-
-			clock_gettime(CLOCK_MONOTONIC, &until);
-			until.tv_nsec += (long) (negotiated_timeout / 4) * 1000000;
-			until.tv_sec += until.tv_nsec / 1000000000;
-			until.tv_nsec %= 1000000000;
-			pthread_cond_timedwait(&watchdog_cond, &zks_mutex, &until);
-		}
-		else
 			pthread_cond_wait(&watchdog_cond, &zks_mutex);
+			continue;
+		}
+		/*
+		 * Keep hearing from the server at least every quarter timeout, and
+		 * send no more often than that, even when a send fails.
+		 */
+		beat_due = later(&last_heartbeat, &last_heard) ? last_heartbeat : last_heard;
+		beat_due = plus_ms(&beat_due, negotiated_timeout / 4);
+		if (conn_state == ZOO_CONNECTED_STATE && !heartbeat_in_flight &&
+			!later(&beat_due, &now))
+		{
+			send_heartbeat_locked(&now);
+			continue;
+		}
+		/* Wake when the loss would be due, or the next heartbeat. */
+		until = plus_ms(&last_heard, negotiated_timeout + 1);
+		if (conn_state == ZOO_CONNECTED_STATE && !heartbeat_in_flight &&
+			later(&until, &beat_due))
+			until = beat_due;
+		pthread_cond_timedwait(&watchdog_cond, &zks_mutex, &until);
 	}
 	pthread_mutex_unlock(&zks_mutex);
 	return NULL;
+}
+
+/* How long ago, in ms, was the leader last heard from? */
+static int64
+ms_since_leader_heard(void)
+{
+	struct timespec now;
+	int64		ms;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	pthread_mutex_lock(&zks_mutex);
+	ms = ms_since(&last_leader_heard, &now);
+	pthread_mutex_unlock(&zks_mutex);
+	return ms;
+}
+
+/* Send a sync and wait for it until deadline; false if unanswered. */
+static bool
+sync_with_leader(TimestampTz deadline, int *rc)
+{
+	ZkRequest  *sync = zks_sync("/");
+	bool		answered;
+
+	PG_TRY();
+	{
+		answered = zks_await(sync, deadline);
+	}
+	PG_CATCH();
+	{
+		zks_release_request(sync);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	*rc = answered ? sync->rc : ZOPERATIONTIMEOUT;
+	zks_release_request(sync);
+	return answered;
+}
+
+/*
+ * Before COMMIT of a transaction holding zklocks: make sure the session is
+ * connected and was recently confirmed by the leader, so it outlives the
+ * commit.  A follower cut off from its leader still answers reads while
+ * the leader expires the session; a write or sync answered within a third
+ * of the timeout T proves otherwise, else syncs are sent until one is
+ * answered within two thirds of T of being sent.  If that takes T in all,
+ * the session may be gone: it is declared lost.  Returns true if the
+ * session is fine.
+ */
+bool
+zks_confirm_contact(void)
+{
+	TimestampTz give_up = 0;
+
+	for (;;)
+	{
+		int			timeout = zks_negotiated_timeout();
+		bool		answered;
+		int			rc;
+
+		if (!zks_wait_while_unsure())
+			return false;
+		if (ms_since_leader_heard() <= timeout / 3)
+			return true;
+		if (give_up == 0)
+			give_up = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												  timeout);
+		else if (GetCurrentTimestamp() >= give_up)
+		{
+			pthread_mutex_lock(&zks_mutex);
+			declared_lost = true;
+			pthread_cond_signal(&watchdog_cond);
+			pthread_mutex_unlock(&zks_mutex);
+			return false;
+		}
+
+		answered = sync_with_leader(give_up, &rc);
+		if (answered && server_answered(rc) &&
+			ms_since_leader_heard() <= 2 * timeout / 3)
+			return zks_state() == ZKS_CONNECTED;
+		if (answered && !server_answered(rc) && rc != ZCONNECTIONLOSS &&
+			rc != ZOPERATIONTIMEOUT)
+			zks_report_error(rc, "sync", "/");
+	}
 }
 
 /*
@@ -924,14 +1227,79 @@ auth_done(int rc, const void *data)
 }
 
 /*
- * Add the zklock.auth digest credentials to the new session; the library
- * sends them on every (re)connect.  Choose the ACL for our nodes to match.
- * The password goes nowhere else: not into messages, logs or node data.
+ * The credentials in zklock.auth_file: its first line.  The file must be
+ * owned by the server's user and readable by it alone, as PostgreSQL asks
+ * of its TLS key; what it holds never appears in a message.
+ */
+static char *
+read_auth_file(const char *path)
+{
+	FILE	   *file = AllocateFile(path, "r");
+	struct stat st;
+	char		line[1024];
+	char	   *colon;
+	bool		readable;
+
+	if (file == NULL)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not open zklock.auth_file \"%s\": %m", path)));
+	if (fstat(fileno(file), &st) != 0)
+	{
+		int			save_errno = errno;
+
+		FreeFile(file);
+		errno = save_errno;
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not stat zklock.auth_file \"%s\": %m", path)));
+	}
+	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+		(st.st_mode & (S_IRWXG | S_IRWXO)))
+	{
+		FreeFile(file);
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIG_FILE_ERROR),
+				 errmsg("zklock.auth_file \"%s\" must be a file owned by the database server's user and readable by no one else",
+						path),
+				 errhint("Make it owned by the server's user, with mode 0600.")));
+	}
+	readable = fgets(line, sizeof(line), file) != NULL;
+	FreeFile(file);
+	line[strcspn(line, "\r\n")] = '\0';
+	colon = readable ? strchr(line, ':') : NULL;
+	if (colon == NULL || colon == line)
+	{
+		explicit_bzero(line, sizeof(line));
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIG_FILE_ERROR),
+				 errmsg("zklock.auth_file \"%s\" must hold \"user:password\" on its first line",
+						path)));
+	}
+	return pstrdup(line);
+}
+
+/*
+ * Add the digest credentials, from zklock.auth_file or zklock.auth, to the
+ * new session; the library sends them on every (re)connect.  Choose the
+ * ACL for our nodes to match.  The password goes nowhere else: not into
+ * messages, logs or node data, and our copy is wiped once handed over.
  */
 static void
 authenticate(void)
 {
-	if (opened_auth[0] == '\0')
+	char	   *credentials;
+	int			rc;
+
+	if (opened.auth[0] != '\0' && opened.auth_file[0] != '\0')
+	{
+		zks_close();
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("zklock.auth and zklock.auth_file are both set"),
+				 errhint("Set only one of them, preferably zklock.auth_file.")));
+	}
+	if (opened.auth[0] == '\0' && opened.auth_file[0] == '\0')
 	{
 		node_acl = ZOO_OPEN_ACL_UNSAFE;
 		return;
@@ -941,14 +1309,29 @@ authenticate(void)
 	creator_acl_entries[1].perms = ZOO_PERM_READ;
 	creator_acl_entries[1].id = ZOO_ANYONE_ID_UNSAFE;
 	node_acl.data = creator_acl_entries;
-	node_acl.count = opened_world_readable ? 2 : 1;
-	if (zoo_add_auth(zks_zh, "digest", opened_auth, strlen(opened_auth),
-					 auth_done, NULL) != ZOK)
+	node_acl.count = opened.world_readable ? 2 : 1;
+
+	PG_TRY();
+	{
+		credentials = opened.auth[0] != '\0' ? pstrdup(opened.auth) :
+			read_auth_file(opened.auth_file);
+	}
+	PG_CATCH();
+	{
+		zks_close();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	rc = zoo_add_auth(zks_zh, "digest", credentials, strlen(credentials),
+					  auth_done, NULL);
+	explicit_bzero(credentials, strlen(credentials));
+	pfree(credentials);
+	if (rc != ZOK)
 	{
 		zks_close();
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION),
-				 errmsg("could not add the zklock.auth credentials to the ZooKeeper session")));
+				 errmsg("could not add the zklock credentials to the ZooKeeper session")));
 	}
 }
 
@@ -1018,10 +1401,12 @@ bool
 zks_settings_changed(void)
 {
 	return zks_zh != NULL &&
-		(strcmp(opened_hosts, zklock_hosts ? zklock_hosts : "") != 0 ||
-		 strcmp(opened_auth, zklock_auth ? zklock_auth : "") != 0 ||
-		 opened_world_readable != zklock_world_readable ||
-		 opened_session_timeout != zklock_session_timeout);
+		(strcmp(opened.hosts, zklock_hosts ? zklock_hosts : "") != 0 ||
+		 strcmp(opened.auth, zklock_auth ? zklock_auth : "") != 0 ||
+		 strcmp(opened.auth_file, zklock_auth_file ? zklock_auth_file : "") != 0 ||
+		 opened.world_readable != zklock_world_readable ||
+		 opened.session_timeout != zklock_session_timeout ||
+		 opened.client_log_level != zklock_client_log_level);
 }
 
 int64
@@ -1038,9 +1423,231 @@ zks_session_password(char passwd[16])
 }
 
 /*
+ * Making a handle resolves the host names, which can take long (a slow or
+ * unreachable DNS server).  It happens on a thread of its own, started with
+ * every signal blocked since the library's threads inherit its mask, while
+ * the backend waits for it as it waits for a reply: interruptible and
+ * bounded by zklock.connect_timeout.  If the backend gives up first, the
+ * thread closes the handle it made and frees everything itself.
+ */
+typedef struct Opener
+{
+	char	   *hosts;
+	int			timeout;
+	uint64		generation;
+	zhandle_t  *handle;			/* the result, once done */
+	int			error;			/* errno if the handle could not be made */
+	bool		done;
+	bool		abandoned;		/* the backend no longer waits for it */
+} Opener;
+
+static void
+opener_free(Opener *opener)
+{
+	free(opener->hosts);
+	free(opener);
+}
+
+static void *
+opener_main(void *arg)
+{
+	Opener	   *opener = arg;
+	zhandle_t  *handle;
+	int			error;
+	bool		abandoned;
+
+	handle = zookeeper_init2(opener->hosts, session_watcher, opener->timeout,
+							 NULL, generation_context(opener->generation), 0,
+							 client_log);
+	error = errno;
+
+	/*
+	 * By default the library resolves the host names again on every turn of
+	 * its I/O loop, which costs more CPU than the lock itself.  Once a minute
+	 * is plenty; it still resolves at once after a connection loss.
+	 */
+	if (handle != NULL)
+		zoo_set_servers_resolution_delay(handle, HOST_RESOLUTION_DELAY_MS);
+
+	pthread_mutex_lock(&zks_mutex);
+	abandoned = opener->abandoned;
+	opener->handle = handle;
+	opener->error = error;
+	opener->done = true;
+	pthread_mutex_unlock(&zks_mutex);
+
+	if (!abandoned)
+		zks_wake_backend();
+	else
+	{
+		if (handle != NULL)
+			zookeeper_close(handle);
+		opener_free(opener);
+	}
+	return NULL;
+}
+
+/* Start a thread with every signal blocked, detached unless thread is given. */
+static bool
+start_thread(pthread_t *thread, void *(*main) (void *), void *arg)
+{
+	sigset_t	all_signals;
+	sigset_t	saved_signals;
+	pthread_t	detached;
+	int			rc;
+
+	sigfillset(&all_signals);
+	pthread_sigmask(SIG_SETMASK, &all_signals, &saved_signals);
+	rc = pthread_create(thread ? thread : &detached, NULL, main, arg);
+	if (rc == 0 && thread == NULL)
+		pthread_detach(detached);
+	pthread_sigmask(SIG_SETMASK, &saved_signals, NULL);
+	errno = rc;
+	return rc == 0;
+}
+
+static bool
+opener_done(Opener *opener)
+{
+	bool		done;
+
+	pthread_mutex_lock(&zks_mutex);
+	done = opener->done;
+	pthread_mutex_unlock(&zks_mutex);
+	return done;
+}
+
+/*
+ * Stop waiting for the opener: leave it to finish and clean up alone, and
+ * have its handle's events ignored; or, if it finished just now, close
+ * what it made.
+ */
+static void
+give_up_opener(Opener *opener)
+{
+	bool		done;
+
+	pthread_mutex_lock(&zks_mutex);
+	done = opener->done;
+	opener->abandoned = !done;
+	handle_generation++;
+	pthread_mutex_unlock(&zks_mutex);
+	if (done)
+	{
+		if (opener->handle != NULL)
+			zookeeper_close(opener->handle);
+		opener_free(opener);
+	}
+}
+
+/*
+ * Wait for the opener until the deadline.  Returns the handle, or NULL with
+ * errno set (ETIMEDOUT at the deadline).
+ */
+static zhandle_t *
+await_opener(Opener *opener, TimestampTz deadline)
+{
+	zhandle_t  *handle;
+	int			error;
+
+	PG_TRY();
+	{
+		while (!opener_done(opener))
+		{
+			long		timeout = ms_until(deadline);
+
+			if (timeout == 0)
+				break;
+			sleep_for_event(timeout, true);
+		}
+	}
+	PG_CATCH();
+	{
+		give_up_opener(opener);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	if (!opener_done(opener))
+	{
+		give_up_opener(opener);
+		errno = ETIMEDOUT;
+		return NULL;
+	}
+	handle = opener->handle;
+	error = opener->error;
+	opener_free(opener);
+	errno = error;
+	return handle;
+}
+
+/* Make a new handle for zklock.hosts; ERROR if that fails. */
+static void
+open_handle(TimestampTz deadline)
+{
+	Opener	   *opener = calloc(1, sizeof(Opener));
+	zhandle_t  *handle = NULL;
+	int			save_errno;
+
+	if (opener == NULL || (opener->hosts = strdup(zklock_hosts)) == NULL)
+	{
+		free(opener);
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	}
+	opener->timeout = zklock_session_timeout;
+	zoo_set_debug_level((ZooLogLevel) zklock_client_log_level);
+
+	pthread_mutex_lock(&zks_mutex);
+	conn_state = 0;
+	session_expired = false;
+	auth_failed = false;
+	ever_connected = false;
+	loss_acted_on = false;
+	declared_lost = false;
+	loss_cancel_sent = false;
+	heartbeat_in_flight = false;
+	memset(&last_heartbeat, 0, sizeof(last_heartbeat));
+	memset(&last_heard, 0, sizeof(last_heard));
+	memset(&last_leader_heard, 0, sizeof(last_leader_heard));
+	clock_gettime(CLOCK_MONOTONIC, &connecting_since);
+	opener->generation = ++handle_generation;
+	pthread_mutex_unlock(&zks_mutex);
+
+	if (!start_thread(NULL, opener_main, opener))
+		opener_free(opener);
+	else
+		handle = await_opener(opener, deadline);
+	if (handle != NULL)
+	{
+		zks_zh = handle;
+		if (start_thread(&watchdog_thread, watchdog_main, NULL))
+		{
+			watchdog_running = true;
+			return;
+		}
+	}
+	save_errno = errno;
+	zks_close();
+	if (save_errno == ETIMEDOUT)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("could not resolve the ZooKeeper hosts \"%s\" within %d ms",
+						zklock_hosts, zklock_connect_timeout),
+				 errhint("Check the host names in zklock.hosts and the name service.")));
+	errno = save_errno;
+	ereport(ERROR,
+			(errcode(ERRCODE_CONNECTION_FAILURE),
+			 errmsg("could not start a ZooKeeper session for \"%s\": %m",
+					zklock_hosts),
+			 errhint("Check the connect string in zklock.hosts.")));
+}
+
+/*
  * Open the session if there is none, and wait until it is connected.  The
- * handle stays open if the wait is interrupted, and the next call goes on
- * waiting for it.
+ * handle stays open if the wait for the connection is interrupted, and the
+ * next call goes on waiting for it.
  */
 void
 zks_open(void)
@@ -1052,81 +1659,38 @@ zks_open(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("zklock.hosts is not set"),
 				 errhint("Set zklock.hosts to the ZooKeeper connect string, for example \"zk1:2181,zk2:2181,zk3:2181\", in postgresql.conf.")));
+	if (zks_zh != NULL && session_id != 0 && !zks_is_lost())
+		return;
 
 	prepare_backend_resources();
-
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+										   zklock_connect_timeout);
 	if (zks_zh == NULL)
 	{
-		sigset_t	all_signals;
-		sigset_t	saved_signals;
 		char	   *hosts = MemoryContextStrdup(TopMemoryContext, zklock_hosts);
 
-		zoo_set_debug_level((ZooLogLevel) zklock_client_log_level);
-
-		pthread_mutex_lock(&zks_mutex);
-		conn_state = 0;
-		session_expired = false;
-		auth_failed = false;
-		ever_connected = false;
-		loss_acted_on = false;
-		declared_lost = false;
-		loss_cancel_sent = false;
-		last_turn.tv_sec = 0;
-		pthread_mutex_unlock(&zks_mutex);
-
-		/* Threads inherit this mask: keep our signals off them. */
-		sigfillset(&all_signals);
-		pthread_sigmask(SIG_SETMASK, &all_signals, &saved_signals);
-		zks_zh = zookeeper_init2(hosts, session_watcher, zklock_session_timeout,
-								 NULL, NULL, 0, client_log);
-
-		/*
-		 * By default the library resolves the host names again on every turn
-		 * of its I/O loop, which costs more CPU than the lock itself.  Once a
-		 * minute is plenty; it still resolves at once after a connection
-		 * loss.
-		 */
-		if (zks_zh != NULL)
-			zoo_set_servers_resolution_delay(zks_zh, HOST_RESOLUTION_DELAY_MS);
-		if (zks_zh != NULL)
-			watchdog_running = (pthread_create(&watchdog_thread, NULL,
-											   watchdog_main, NULL) == 0);
-		pthread_sigmask(SIG_SETMASK, &saved_signals, NULL);
-
-		if (zks_zh == NULL || !watchdog_running)
+		open_handle(deadline);
+		if (opened.hosts)
 		{
-			int			save_errno = errno;
-
-			zks_close();
-			pfree(hosts);
-			errno = save_errno;
-			ereport(ERROR,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("could not start a ZooKeeper session for \"%s\": %m",
-							zklock_hosts),
-					 errhint("Check the connect string in zklock.hosts.")));
+			pfree(opened.hosts);
+			pfree(opened.auth);
+			pfree(opened.auth_file);
 		}
-		if (opened_hosts)
-			pfree(opened_hosts);
-		opened_hosts = hosts;
-		opened_session_timeout = zklock_session_timeout;
-		if (opened_auth)
-			pfree(opened_auth);
-		opened_auth = MemoryContextStrdup(TopMemoryContext,
+		opened.hosts = hosts;
+		opened.auth = MemoryContextStrdup(TopMemoryContext,
 										  zklock_auth ? zklock_auth : "");
-		opened_world_readable = zklock_world_readable;
+		opened.auth_file = MemoryContextStrdup(TopMemoryContext,
+											   zklock_auth_file ? zklock_auth_file : "");
+		opened.session_timeout = zklock_session_timeout;
+		opened.client_log_level = zklock_client_log_level;
+		opened.world_readable = zklock_world_readable;
 		session_id = 0;
 		authenticate();
 	}
 
-	if (session_id != 0 && !zks_is_lost())
-		return;
-
-	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-										   zklock_connect_timeout);
 	if (!zks_await_connected(deadline))
 	{
-		char	   *hosts = pstrdup(opened_hosts);
+		char	   *hosts = pstrdup(opened.hosts);
 
 		zks_close();
 		ereport(ERROR,
@@ -1162,6 +1726,7 @@ zks_close(void)
 	zks_cancel_listing();
 	pthread_mutex_lock(&zks_mutex);
 	zks_zh = NULL;
+	handle_generation++;
 	janitor_clear_locked();
 	pthread_mutex_unlock(&zks_mutex);
 	zookeeper_close(handle);

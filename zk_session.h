@@ -12,6 +12,8 @@
 
 #include "datatype/timestamp.h"
 
+#include <time.h>
+
 #include <zookeeper/zookeeper.h>
 
 /*
@@ -21,8 +23,12 @@
  */
 typedef struct ZkRequest
 {
+	struct timespec sent_at;	/* when sent, on the monotonic clock */
+	bool		via_leader;		/* a write or a sync: answered by the leader */
 	bool		done;
 	bool		abandoned;		/* the backend stopped waiting for it */
+	bool		maybe_late;		/* finished by us; the library may still */
+	bool		late_done;		/* ... and has now */
 	int			rc;
 	char	   *path;			/* create: the node created */
 	struct Stat stat;			/* create, exists */
@@ -39,6 +45,7 @@ extern int	zklock_connect_timeout;
 extern int	zklock_client_log_level;
 extern bool zklock_synchronous_release;
 extern char *zklock_auth;
+extern char *zklock_auth_file;
 extern bool zklock_world_readable;
 
 typedef enum ZksState
@@ -54,6 +61,7 @@ extern bool zks_is_open(void);
 extern ZksState zks_state(void);
 extern bool zks_is_lost(void);
 extern bool zks_wait_while_unsure(void);
+extern bool zks_confirm_contact(void);
 extern uint64 zks_contact_epoch(void);
 extern void zks_set_cancel_on_loss(bool cancel);
 extern bool zks_take_loss_cancel(void);
@@ -66,6 +74,7 @@ extern ZkRequest *zks_create(const char *path, const char *data, int datalen,
 extern ZkRequest *zks_get_children(const char *path);
 extern ZkRequest *zks_get_children_synced(const char *path);
 extern ZkRequest *zks_exists(const char *path);
+extern ZkRequest *zks_exists_synced(const char *path);
 extern ZkRequest *zks_get_data(const char *path);
 extern const char *zks_current_server(void);
 extern int	zks_negotiated_timeout(void);
@@ -83,8 +92,10 @@ extern bool zks_await_connected(TimestampTz deadline);
 extern void zks_keep_node(const char *path);
 extern bool zks_delete_later(const char *path);
 extern void zks_send_pending_deletes(void);
-extern void zks_sweep_later(const char *parent, const char *guid);
+extern void zks_sweep_later(const char *parent, const char *guid,
+							 bool shared);
 extern void zks_settle(int timeout_ms);
+extern bool zks_janitor_failed(void);
 
 extern void zks_report_error(int rc, const char *what, const char *path)
 			pg_attribute_noreturn();

@@ -11,6 +11,7 @@
 #define ZK_SESSION_INT_H
 
 #include <pthread.h>
+#include <time.h>
 
 #include <zookeeper/zookeeper.h>
 
@@ -20,6 +21,8 @@ extern zhandle_t *zks_zh;
 extern void zks_wake_backend(void);
 extern bool zks_refused_outright(int rc);
 extern int	zks_send_sync(zhandle_t *handle, const char *path);
+extern void zks_note_heard_locked(const struct timespec *sent_at,
+								  bool via_leader, int rc);
 
 /* zk_janitor.c; the _locked ones are called with zks_mutex held. */
 extern void janitor_kick(zhandle_t *handle);

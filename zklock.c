@@ -8,14 +8,15 @@
  * take session-level holds, ended by zk_unlock() or zk_unlock_all();
  * zk_xact_lock() and friends take transaction-level holds, ended by COMMIT
  * or ROLLBACK (or ROLLBACK TO the savepoint before them).  Holds stack.
- * Each has a _shared variant; the two modes of a name are separate locks
- * that conflict with each other only across backends.
+ * Each has a _shared variant; a backend's holds of the two modes of a name
+ * never conflict with each other, only with other clients'.
  *
  * The code is split by responsibility:
  *	  zklock.c		SQL lock functions and GUCs (this file)
  *	  zk_observe.c	SQL functions that show locks, queues and the session
  *	  zk_holds.c	the backend's table of held locks, transaction callbacks
  *	  zk_recipe.c	the ZooKeeper lock recipe
+ *	  zk_queue.c	the queue rules: order, who holds, whom to wait for
  *	  zk_session.c	the ZooKeeper session, its threads, waiting, loss watchdog
  *	  zk_janitor.c	deleting the nodes given up, across reconnects
  *	  zk_names.c	lock names to znode names, contender node parsing
@@ -35,7 +36,9 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "commands/dbcommands.h"
+#include "mb/pg_wchar.h"
 #include "postmaster/postmaster.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
@@ -143,6 +146,13 @@ check_root(char **newval, void **extra, GucSource source)
 	return true;
 }
 
+/* Whatever zklock.auth holds, it is shown as this, to everyone. */
+static const char *
+show_auth(void)
+{
+	return zklock_auth && zklock_auth[0] != '\0' ? "********" : "";
+}
+
 /* Digest credentials are "user:password" with a non-empty user. */
 static bool
 check_auth(char **newval, void **extra, GucSource source)
@@ -178,12 +188,20 @@ _PG_init(void)
 							   check_root, NULL, NULL);
 	DefineCustomStringVariable("zklock.auth",
 							   "ZooKeeper digest credentials, \"user:password\", for each session.",
-							   "When set, zklock's nodes are created with the creator-all ACL.  Only superusers can set or read it.",
+							   "When set, zklock's nodes are created with the creator-all ACL.  Its value is never shown; zklock.auth_file keeps it out of the settings altogether.",
 							   &zklock_auth,
 							   "",
 							   PGC_SUSET,
 							   GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
-							   check_auth, NULL, NULL);
+							   check_auth, NULL, show_auth);
+	DefineCustomStringVariable("zklock.auth_file",
+							   "File holding the ZooKeeper digest credentials, \"user:password\" on its first line.",
+							   "It must be owned by the server's user and readable by no one else.  Read when a session is opened.",
+							   &zklock_auth_file,
+							   "",
+							   PGC_SUSET,
+							   0,
+							   NULL, NULL, NULL);
 	DefineCustomBoolVariable("zklock.world_readable",
 							 "With zklock.auth, whether anyone may read zklock's nodes (not change them).",
 							 NULL,
@@ -212,7 +230,7 @@ _PG_init(void)
 							 "Whether COMMIT and ROLLBACK wait for ZooKeeper to confirm the release of transaction-level locks.",
 							 "When off, the release is sent and retried until confirmed, but the transaction ends at once.",
 							 &zklock_synchronous_release,
-							 false,
+							 true,
 							 PGC_USERSET,
 							 0,
 							 NULL, NULL, NULL);
@@ -235,18 +253,18 @@ _PG_init(void)
 }
 
 /*
- * Before any lock work: if the session was lost, report the lost locks and
- * close it; if settings changed and nothing is held, close it so the next
- * lock opens one with the new settings.
+ * Before any lock work: if the session was lost (or closed under held
+ * locks, or a release could not be kept track of), report the lost locks
+ * and close it;
+ * if settings changed and nothing is held, close it so the next lock opens
+ * one with the new settings.
  */
 void
 zkl_check_session(void)
 {
 	/* A loss cancel that never reached a statement is moot now. */
 	(void) zks_take_loss_cancel();
-	if (!zks_is_open())
-		return;
-	if (zks_is_lost())
+	if (!zks_is_open() || zks_is_lost() || zks_janitor_failed())
 	{
 		zkh_mark_all_lost();
 		zks_close();
@@ -255,23 +273,53 @@ zkl_check_session(void)
 		zks_close();
 }
 
-/* Read the lock name argument and compute its parent path. */
+/*
+ * Add an error context line naming what was being done, for errors raised
+ * while converting a lock name to UTF-8.
+ */
+static void
+name_conversion_context(void *arg)
+{
+	errcontext("converting the zklock name to UTF-8, the encoding of lock names in ZooKeeper");
+}
+
+/*
+ * Read the lock name argument and compute its parent path.  The name is
+ * mapped from its UTF-8 form, so one text names one node whatever the
+ * database encoding; SQL_ASCII databases, which know no encoding, map the
+ * bytes as they are.  *name is the name as given, for messages.
+ */
 void
 zkl_get_lock_parent(FunctionCallInfo fcinfo, char parent[ZKR_PARENT_MAX],
-				char name[ZKN_NAME_MAX + 1])
+					char **name)
 {
 	text	   *arg;
 	char		encoded[ZKN_ENCODED_MAX];
+	char	   *utf8;
 	int			len;
+	ErrorContextCallback errcallback;
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("zklock name must not be null")));
 	arg = PG_GETARG_TEXT_PP(0);
-	len = VARSIZE_ANY_EXHDR(arg);
+	*name = text_to_cstring(arg);
+	len = strlen(*name);
 
-	switch (zkn_encode_name(VARDATA_ANY(arg), len, encoded))
+	utf8 = *name;
+	if (GetDatabaseEncoding() != PG_SQL_ASCII)
+	{
+		errcallback.callback = name_conversion_context;
+		errcallback.arg = NULL;
+		errcallback.previous = error_context_stack;
+		error_context_stack = &errcallback;
+		utf8 = pg_server_to_any(*name, len, PG_UTF8);
+		error_context_stack = errcallback.previous;
+		len = strlen(utf8);
+	}
+
+	switch (zkn_encode_name(utf8, len, encoded))
 	{
 		case ZKN_EMPTY:
 			ereport(ERROR,
@@ -282,14 +330,14 @@ zkl_get_lock_parent(FunctionCallInfo fcinfo, char parent[ZKR_PARENT_MAX],
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("zklock name is too long"),
-					 errdetail("The name is %d bytes long; the limit is %d bytes.",
+					 errdetail("The name is %d bytes long in UTF-8; the limit is %d bytes.",
 							   len, ZKN_NAME_MAX)));
 			break;
 		case ZKN_OK:
 			break;
 	}
-	memcpy(name, VARDATA_ANY(arg), len);
-	name[len] = '\0';
+	if (utf8 != *name)
+		pfree(utf8);
 	snprintf(parent, ZKR_PARENT_MAX, "%s/%s", zklock_root, encoded);
 }
 
@@ -316,10 +364,102 @@ get_timeout_ms(FunctionCallInfo fcinfo)
 }
 
 /*
- * Who holds the node, as a small JSON document, so an operator looking at
- * ZooKeeper can tell which backend holds a lock.  zk_names.c parses exactly
- * this format back.  Built once, and again only when application_name
- * changes, since it is sent with every acquire.
+ * Convert text between encodings without failing: a character that the
+ * target encoding lacks, or bytes that are not valid in the source one,
+ * become '?' or, with hex_escape, "\\x" and the hex of each byte.  Used for
+ * what zklock writes to and reads from ZooKeeper about holders, which must
+ * never stop a lock call or a listing.
+ */
+char *
+zkl_convert_lossy(const char *src, int len, int src_encoding,
+				  int dest_encoding, bool hex_escape)
+{
+	StringInfoData out;
+	Oid			proc = InvalidOid;
+	unsigned char *buf = NULL;
+	int			bufsize = len * MAX_CONVERSION_GROWTH + 1;
+	int			pos = 0;
+
+	initStringInfo(&out);
+	if (src_encoding == dest_encoding || dest_encoding == PG_SQL_ASCII)
+	{
+		appendBinaryStringInfo(&out, src, len);
+		return out.data;
+	}
+	if (src_encoding != PG_SQL_ASCII)
+	{
+		proc = FindDefaultConversionProc(src_encoding, dest_encoding);
+		buf = palloc(bufsize);
+	}
+	while (pos < len)
+	{
+		unsigned char c = (unsigned char) src[pos];
+		int			bad;
+		int			i;
+
+		if (OidIsValid(proc))
+		{
+			int			done;
+
+			done = pg_do_encoding_conversion_buf(proc, src_encoding,
+												 dest_encoding,
+												 (unsigned char *) src + pos,
+												 len - pos, buf, bufsize,
+												 true);
+			appendStringInfoString(&out, (char *) buf);
+			pos += done;
+			if (pos >= len)
+				break;
+			c = (unsigned char) src[pos];
+		}
+		else if (!IS_HIGHBIT_SET(c))
+		{
+			appendStringInfoChar(&out, (char) c);
+			pos++;
+			continue;
+		}
+		else if (dest_encoding == PG_UTF8 &&
+				 pg_utf_mblen(&c) <= len - pos &&
+				 pg_utf8_islegal((const unsigned char *) src + pos,
+								 pg_utf_mblen(&c)))
+		{
+			/* SQL_ASCII bytes that happen to be UTF-8 stay as they are. */
+			appendBinaryStringInfo(&out, src + pos, pg_utf_mblen(&c));
+			pos += pg_utf_mblen(&c);
+			continue;
+		}
+		bad = src_encoding == PG_SQL_ASCII ? 1 :
+			Min(Max(pg_encoding_mblen(src_encoding, src + pos), 1), len - pos);
+		for (i = 0; i < bad; i++)
+		{
+			if (hex_escape)
+				appendStringInfo(&out, "\\x%02x", (unsigned char) src[pos + i]);
+			else if (i == 0)
+				appendStringInfoChar(&out, '?');
+		}
+		pos += bad;
+	}
+	if (buf)
+		pfree(buf);
+	return out.data;
+}
+
+/* Append s, in the database encoding, as a JSON string in UTF-8. */
+static void
+append_json_utf8(StringInfo buf, const char *s)
+{
+	char	   *utf8 = zkl_convert_lossy(s, strlen(s), GetDatabaseEncoding(),
+										 PG_UTF8, false);
+
+	escape_json(buf, utf8);
+	pfree(utf8);
+}
+
+/*
+ * Who holds the node, as a small JSON document in UTF-8, so an operator
+ * looking at ZooKeeper can tell which backend holds a lock.  zk_names.c
+ * parses exactly this format back.  Built once, and again only when
+ * application_name changes, since it is sent with every acquire.
  */
 static const char *
 holder_identity(void)
@@ -339,14 +479,14 @@ holder_identity(void)
 
 	initStringInfo(&buf);
 	appendStringInfoString(&buf, "{\"host\":");
-	escape_json(&buf, host);
+	append_json_utf8(&buf, host);
 	appendStringInfo(&buf, ",\"port\":%d,\"pid\":%d,\"database\":",
 					 PostPortNumber, MyProcPid);
-	escape_json(&buf, get_database_name(MyDatabaseId));
+	append_json_utf8(&buf, get_database_name(MyDatabaseId));
 	appendStringInfoString(&buf, ",\"user\":");
-	escape_json(&buf, GetUserNameFromId(GetSessionUserId(), false));
+	append_json_utf8(&buf, GetUserNameFromId(GetSessionUserId(), false));
 	appendStringInfoString(&buf, ",\"application_name\":");
-	escape_json(&buf, app);
+	append_json_utf8(&buf, app);
 	appendStringInfoChar(&buf, '}');
 
 	if (identity)
@@ -369,16 +509,16 @@ holder_identity(void)
  * still needs ZooKeeper to answer, within zklock.connect_timeout.
  */
 static bool
-wait_for_grant(ZkHold *hold, bool try_only, int64 timeout_ms)
+wait_for_grant(const char *parent, const char *name, bool shared, bool xact,
+			   bool try_only, int64 timeout_ms)
 {
-	ZkHold	   *other = zkh_find(hold->parent, !hold->shared);
 	const char *identity = holder_identity();
 	bool		wait = !try_only && timeout_ms != 0;
 	bool		arm_lock_timeout = wait && LockTimeout > 0;
 	TimestampTz start = GetCurrentTimestamp();
 	TimestampTz deadline = 0;
 	ZkrResult	result;
-	bool		waited;
+	bool		waited = false;
 
 	if (!wait)
 		deadline = TimestampTzPlusMilliseconds(start, zklock_connect_timeout);
@@ -388,9 +528,8 @@ wait_for_grant(ZkHold *hold, bool try_only, int64 timeout_ms)
 
 	if (arm_lock_timeout)
 		enable_timeout_after(LOCK_TIMEOUT, LockTimeout);
-	result = zkr_acquire(hold->parent, hold->shared,
-						 other ? other->node.path : NULL, identity,
-						 wait, deadline, &hold->node, &waited);
+	result = zkh_acquire(parent, name, shared, xact, identity, wait,
+						 deadline, &waited);
 	if (arm_lock_timeout)
 		disable_timeout(LOCK_TIMEOUT, false);
 
@@ -438,46 +577,39 @@ end_waiting(char *saved)
 
 /*
  * Take one hold on the lock named by argument 0, in the given mode.  A
- * lock this backend holds already just gains a hold.  Otherwise wait in
- * ZooKeeper's queue: not at all (try), until timeout_ms (>= 0), or without
- * limit (-1).
+ * lock this backend has a node for already just gains a hold.  Otherwise
+ * wait in ZooKeeper's queue: not at all (try), until timeout_ms (>= 0), or
+ * without limit (-1).
  */
 static bool
 acquire(FunctionCallInfo fcinfo, bool shared, bool xact, bool try_only,
 		int64 timeout_ms)
 {
 	char		parent[ZKR_PARENT_MAX];
-	char		name[ZKN_NAME_MAX + 1];
-	ZkHold	   *hold;
+	char	   *name;
 	char	   *saved_title;
 	bool		granted = false;
 
-	zkl_get_lock_parent(fcinfo, parent, name);
+	zkl_get_lock_parent(fcinfo, parent, &name);
 	zkl_check_session();
 
-	hold = zkh_find(parent, shared);
-	if (hold)
+	if (zkh_add_if_held(parent, shared, xact))
 	{
-		zkh_prepare_hold(hold);
-		zkh_add_hold(hold, xact);
 		zk_stats.acquisitions++;
 		return true;
 	}
 
 	zks_open();
-	hold = zkh_reserve(parent, shared, name);
 	saved_title = show_waiting(name, shared);
-
 	PG_TRY();
 	{
-		zkh_prepare_hold(hold);
-		granted = wait_for_grant(hold, try_only, timeout_ms);
+		granted = wait_for_grant(parent, name, shared, xact, try_only,
+								 timeout_ms);
 	}
 	PG_CATCH();
 	{
 		disable_timeout(LOCK_TIMEOUT, false);
 		end_waiting(saved_title);
-		zkh_forget(hold);
 		zk_stats.cancellations++;
 		PG_RE_THROW();
 	}
@@ -485,13 +617,7 @@ acquire(FunctionCallInfo fcinfo, bool shared, bool xact, bool try_only,
 
 	end_waiting(saved_title);
 	if (granted)
-	{
-		hold->since = GetCurrentTimestamp();
-		zkh_add_hold(hold, xact);
 		zk_stats.acquisitions++;
-	}
-	else
-		zkh_forget(hold);
 	return granted;
 }
 
@@ -593,9 +719,9 @@ static bool
 release(FunctionCallInfo fcinfo, bool shared)
 {
 	char		parent[ZKR_PARENT_MAX];
-	char		name[ZKN_NAME_MAX + 1];
+	char	   *name;
 
-	zkl_get_lock_parent(fcinfo, parent, name);
+	zkl_get_lock_parent(fcinfo, parent, &name);
 	zkl_check_session();
 	return zkh_release_session_hold(parent, shared, name);
 }
@@ -624,10 +750,10 @@ Datum
 zk_lock_token(PG_FUNCTION_ARGS)
 {
 	char		parent[ZKR_PARENT_MAX];
-	char		name[ZKN_NAME_MAX + 1];
+	char	   *name;
 	int64		token;
 
-	zkl_get_lock_parent(fcinfo, parent, name);
+	zkl_get_lock_parent(fcinfo, parent, &name);
 	zkl_check_session();
 	token = zkh_token(parent);
 	if (token == 0)

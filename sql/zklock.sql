@@ -8,9 +8,10 @@
 -- Load the library so its settings are defined before the first lock call.
 LOAD 'zklock';
 -- The checks below look at a lock from the other backend right after COMMIT
--- or ROLLBACK, so make those wait for ZooKeeper to confirm the release.
--- The default, off, is tested near the end.
-SET zklock.synchronous_release = on;
+-- or ROLLBACK: with the default zklock.synchronous_release = on, the lock is
+-- free by then, as an advisory lock would be.  The opt-in "off" is tested
+-- near the end.
+SHOW zklock.synchronous_release;
 
 SELECT format('dbname=%s port=%s host=%s', current_database(),
               current_setting('port'),
@@ -218,10 +219,10 @@ BEGIN
 END $$;
 CALL commit_between();
 
--- With synchronous_release off (the default), COMMIT does not wait for the
--- release, but the release is sent before COMMIT returns: another backend
--- gets the lock within a round trip, and this backend's next acquire is
--- ordered after its own release, so it finds the lock free at once.
+-- With synchronous_release off, COMMIT does not wait for the release, but
+-- the release is sent before COMMIT returns: another backend gets the lock
+-- within a round trip, and this backend's next acquire is ordered after its
+-- own release, so it finds the lock free at once.
 SET zklock.synchronous_release = off;
 BEGIN;
 SELECT zk_xact_lock('async');
@@ -234,7 +235,7 @@ COMMIT;
 BEGIN;
 SELECT zk_try_xact_lock('async') AS reacquired_at_once;
 ROLLBACK;
-SET zklock.synchronous_release = on;
+RESET zklock.synchronous_release;
 
 -- Fencing tokens: NULL unless held, the same for every hold on one node,
 -- and larger for each later holder, including one on another backend.
@@ -298,11 +299,21 @@ SELECT other_query($$SELECT zk_lock_shared('rw', '200ms')::text$$) AS reader_tim
 -- locks: it may hold both modes, and take them in either order.
 SELECT zk_lock_shared('rw', '2s') AS own_writer_does_not_block;
 SELECT zk_unlock('rw');
-SELECT other_query($$SELECT (zk_try_lock_shared('rw') AND zk_unlock_shared('rw'))::text$$)
-  AS shares_again;
+-- Its earlier, exclusive node keeps its place in the queue until its last
+-- hold on the name ends, so nobody queued behind it is let in beside the
+-- shared hold (other clients see an exclusive contender until then)...
+SELECT other_query($$SELECT zk_try_lock_shared('rw')::text$$)
+  AS reader_waits_for_last_hold;
+-- ... and taking the exclusive mode again reuses that node.
 SELECT zk_lock('rw', '2s') AS own_reader_does_not_block;
+SELECT count(*) AS nodes FROM zk_lock_contenders('rw');
 SELECT other_query($$SELECT zk_try_lock_shared('rw')::text$$) AS reader_excluded_again;
-SELECT zk_unlock('rw'), zk_unlock_shared('rw');
+SELECT zk_unlock_shared('rw');
+SELECT other_query($$SELECT zk_try_lock_shared('rw')::text$$)
+  AS still_excluded_by_writer;
+SELECT zk_unlock('rw');
+SELECT other_query($$SELECT (zk_try_lock_shared('rw') AND zk_unlock_shared('rw'))::text$$)
+  AS shares_after_last_hold;
 BEGIN;
 SELECT zk_xact_lock_shared('rwx');
 SELECT zk_try_xact_lock_shared('rwx');

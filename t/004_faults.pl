@@ -37,7 +37,7 @@ sub nodes_left
 	# block is about surviving it, not about the timeout.
 	run_sql($_, "SET zklock.session_timeout = '20s'") for ($h, $w);
 	run_sql($h, "SELECT zk_lock('leader')");
-	send_query($w, "SELECT zk_lock('leader'); SELECT 'granted after election';");
+	send_query($w, "SELECT 'granted after election' FROM zk_lock('leader');");
 	ok(wait_for_zk_wait($west, $w->{zk_pid}), 'a waiter queues behind the holder');
 	my $leader = zk_ensemble('leader');
 	chomp $leader;
@@ -54,8 +54,9 @@ sub nodes_left
 	is($out, 't', 'the holder releases normally after re-election');
 	ok(await_output($w, qr/granted after election/), 'and the waiter gets it');
 	run_sql($w, "SELECT zk_unlock('leader')");
-	ok(zk_wait_contenders("$root/leader", 0), 'no node left');
 	zk_ensemble('start-server', $leader);
+	is_deeply([ zk_lock_nodes($root) ], [],
+		'no node left, with every session still open');
 	$_->quit for ($h, $w, $t);
 }
 
@@ -67,9 +68,13 @@ sub nodes_left
 	run_sql($h, "SET zklock.session_timeout = '40s'");
 	run_sql($h, "SELECT zk_lock('short_outage'); BEGIN; SELECT zk_xact_lock('short_outage_x')");
 	zk_ensemble('stop');
+	send_query($h, "COMMIT;\nSELECT 'after commit';");
+	sleep 2;
+	$h->{run}->pump_nb;
+	unlike($h->{stdout}, qr/after commit/,
+		'COMMIT during an outage waits for the session to come back');
 	zk_ensemble('start');
-	($out, $err) = run_sql($h, 'COMMIT');
-	is($err, '', 'a transaction commits across a short outage');
+	ok(await_output($h, qr/after commit/), 'and then commits, without an error');
 	my $t = zk_session($west);
 	($out) = run_sql($t, "SELECT zk_try_lock('short_outage')");
 	is($out, 'f', 'the session hold survived the outage');
@@ -78,6 +83,8 @@ sub nodes_left
 	is($err, '', 'without a warning');
 	($out) = run_sql($t, "SELECT zk_try_lock('short_outage') AND zk_unlock('short_outage')");
 	is($out, 't', 'then the other cluster gets it');
+	is_deeply([ zk_lock_nodes($root) ], [],
+		'no node left, with every session still open');
 	$_->quit for ($h, $t);
 }
 
@@ -90,15 +97,15 @@ sub nodes_left
 	run_sql($x, "BEGIN; SELECT zk_xact_lock('long_outage_x'); INSERT INTO work VALUES ('x')");
 	run_sql($r, "BEGIN; SELECT zk_xact_lock('long_outage_r'); INSERT INTO work VALUES ('r')");
 	send_query($r, "SELECT pg_sleep(60);");
-	my $t0 = time;
 	zk_ensemble('stop');
 	# The cut-off starts somewhere while the servers stop, one by one.
 	my $t_stopped = time;
 	ok(await_output($r,
 			qr/canceling statement because zklock lost transaction-level lock "long_outage_r"/),
 		'the running statement of a transaction whose lock was lost is cancelled');
-	cmp_ok(time - $t0, '>=', 3.5, 'not before the session timeout');
-	cmp_ok(time - $t_stopped, '<', 4 + 3, 'but soon after it');
+	# The loss is due one session timeout after the server was last heard
+	# from; t/009_safety.pl measures that against the last reply itself.
+	cmp_ok(time - $t_stopped, '<', 4 + 1.5, 'within the session timeout of the stop');
 	run_sql($r, 'COMMIT');
 
 	($out, $err) = run_sql($x, 'COMMIT');
@@ -133,7 +140,7 @@ sub nodes_left
 	my $h = zk_session($east);
 	my $w = zk_session($west);
 	run_sql($h, "SELECT zk_lock('crash')");
-	send_query($w, "SELECT zk_lock('crash'); SELECT 'granted after crash';");
+	send_query($w, "SELECT 'granted after crash' FROM zk_lock('crash');");
 	ok(wait_for_zk_wait($west, $w->{zk_pid}), 'a waiter on the other cluster queues');
 	my $t0 = time;
 	kill 'KILL', $h->{zk_pid};
@@ -198,7 +205,7 @@ sub nodes_left
 	my ($sid) = $creds =~ /^([0-9a-f]+):/;
 	like($out, qr/0x$sid/, 'but shows the session id');
 	send_query($h, "SELECT pg_sleep(60);");
-	send_query($w, "SELECT zk_lock('expire_x'); SELECT 'granted after expiry';");
+	send_query($w, "SELECT 'granted after expiry' FROM zk_lock('expire_x');");
 	ok(wait_for_zk_wait($west, $w->{zk_pid}), 'a waiter queues behind the holder');
 
 	my $q = zk_session($east);    # a waiter whose own session expires
@@ -270,12 +277,10 @@ sub nodes_left
 	is($out, 'f', 'a timed wait whose create reply was lost times out');
 	ok(zk_wait_contenders("$root/proxied", 1), 'and leaves no node behind');
 	run_sql($w, "SELECT zk_unlock('proxied')");
+	is_deeply([ zk_lock_nodes($root) ], [],
+		'no node left, with every session still open');
 	$proxy->kill_kill;
 	$_->quit for ($p, $w);
 }
-
-ok(wait_until('no lock nodes under the root',
-		sub { !grep { /-lock-/ } split /\n/, ZkTest::zkinspect('tree', $root) }, 30),
-	'no lock node is left under the root');
 
 done_testing();

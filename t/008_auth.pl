@@ -78,6 +78,21 @@ is($node->safe_psql('postgres',
 		"SET ROLE plain; SELECT count(*) FROM pg_settings WHERE name = 'zklock.auth'"),
 	'0', 'pg_settings hides zklock.auth from non-superusers');
 
+# Members of pg_read_all_settings (pg_monitor among them) may read every
+# setting, but zklock.auth shows only that it is set.
+$node->safe_psql('postgres', 'CREATE ROLE monitor LOGIN IN ROLE pg_monitor');
+for my $sql ("SHOW zklock.auth", "SELECT current_setting('zklock.auth')")
+{
+	my ($rc, $stdout, $stderr) = $node->psql('postgres', "SET ROLE monitor; $sql");
+	is("$rc|$stdout", '0|********', "a pg_monitor member sees ******** for: $sql");
+	unlike("$stdout$stderr", qr/\Q$password\E/, 'and not the password');
+}
+is($node->safe_psql('postgres',
+		"SET ROLE monitor; SELECT count(*) FROM pg_settings WHERE name = 'zklock.auth'"),
+	'0', 'pg_settings does not list it even to a pg_monitor member');
+is($node->safe_psql('postgres', 'SHOW zklock.auth'), '********',
+	'and so does a superuser');
+
 ($out) = run_sql($s, 'SELECT zk_status()::text');
 unlike($out, qr/\Q$password\E/, 'zk_status does not show the password');
 run_sql($s, "SELECT zk_unlock('secured')");
@@ -85,5 +100,47 @@ $s->quit;
 $node->stop;
 unlike(slurp_file($node->logfile), qr/\Q$password\E/,
 	'the password never reaches the server log');
+
+# The credentials in a file instead: owned by the server's user, mode 0600.
+my $file_node = zk_cluster('auth_file', $root, 'shared_preload_libraries' => "'zklock'");
+my $auth_file = $file_node->data_dir . '/zklock.auth';
+PostgreSQL::Test::Utils::append_to_file($auth_file, "zkuser:$password\n");
+chmod 0600, $auth_file;
+$file_node->append_conf('postgresql.conf', "zklock.auth_file = '$auth_file'");
+$file_node->reload;
+my $f = zk_session($file_node);
+($out, $err) = run_sql($f, "SELECT zk_lock('from_file')");
+is($err, '', 'credentials from zklock.auth_file work');
+my @file_nodes = do {
+	local $ENV{ZKINSPECT_AUTH} = "zkuser:$password";
+	zk_contenders("$root/from_file");
+};
+is(ZkTest::zkinspect('try-delete', "$root/from_file/$file_nodes[0]"), "NoAuthError\n",
+	'and protect the lock node from an unauthenticated client');
+# The root was made with the credentials of zklock.auth, the same ones.
+($out, $err) = run_sql($f, "SELECT zk_try_lock('secured'), zk_unlock('secured')");
+is("$out$err", 't|t', 'and work under the root made with the same credentials');
+run_sql($f, "SELECT zk_unlock('from_file')");
+$f->quit;
+
+chmod 0644, $auth_file;
+$f = zk_session($file_node);
+($out, $err) = run_sql($f, "SELECT zk_try_lock('from_file')");
+like($err, qr/ERROR:  zklock.auth_file ".*" must be a file owned by the database server's user and readable by no one else/,
+	'a credentials file others can read is refused');
+unlike($err, qr/\Q$password\E/, 'without showing what it holds');
+run_sql($f, "SET zklock.auth_file = '" . $file_node->data_dir . "/missing'");
+($out, $err) = run_sql($f, "SELECT zk_try_lock('from_file')");
+like($err, qr/ERROR:  could not open zklock.auth_file ".*missing": No such file or directory/,
+	'a missing one gives a clear error');
+run_sql($f, "SET zklock.auth = 'zkuser:$password'; RESET zklock.auth_file");
+run_sql($f, "SET zklock.auth_file = '$auth_file'");
+($out, $err) = run_sql($f, "SELECT zk_try_lock('from_file')");
+like($err, qr/ERROR:  zklock.auth and zklock.auth_file are both set/,
+	'and so do both settings at once');
+($out) = run_sql($f, "SELECT 'still usable'");
+is($out, 'still usable', 'the backend keeps working');
+$f->quit;
+$file_node->stop;
 
 done_testing();

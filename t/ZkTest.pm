@@ -9,12 +9,13 @@ use Exporter 'import';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use IO::Socket::INET;
 use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(zk_cluster zk_session zk_children zk_contenders
   zk_wait_contenders zk_get wait_until wait_for_zk_wait send_query
   run_sql await_output zk_ensemble start_peer peer_send peer_expect
-  peer_quit);
+  peer_quit zk_session_last_xid zk_lock_nodes);
 
 my $hosts = $ENV{ZKLOCK_TEST_HOSTS}
   or die "ZKLOCK_TEST_HOSTS is not set: run the suites with scripts/test-all";
@@ -69,8 +70,12 @@ sub run_sql
 	return ($out, $err);
 }
 
+# An error as psql prints it ("psql:<stdin>:3: ERROR:  ...").
+my $pg_error_re = qr/(?:^|: )(?:ERROR|FATAL|PANIC):  /m;
+
 # Wait until a session prints something matching $re on stdout or stderr,
-# for a query sent with send_query.
+# for a query sent with send_query.  An ERROR that $re does not match fails
+# the wait at once: a marker printed after a failed lock call means nothing.
 sub await_output
 {
 	my ($session, $re) = @_;
@@ -78,22 +83,38 @@ sub await_output
 	$session->{run}->pump()
 	  until $session->{stdout} =~ $re
 	  || $session->{stderr} =~ $re
+	  || $session->{stderr} =~ $pg_error_re
 	  || $session->{timeout}->is_expired;
-	my $ok = !$session->{timeout}->is_expired;
+	my $ok = !$session->{timeout}->is_expired
+	  && ($session->{stderr} !~ $pg_error_re || $session->{stderr} =~ $re);
+	diag("waiting for $re, got:\n$session->{stderr}") if !$ok;
 	$session->{stdout} = '';
 	$session->{stderr} = '';
 	return $ok;
 }
 
+# Run test/zkinspect.py; any failure, a missing node included, dies.
 sub zkinspect
 {
 	my (@args) = @_;
 	local $ENV{ZKINSPECT_AUTH} = $ENV{ZKINSPECT_AUTH};
 	my ($stdout, $stderr);
-	my $ok = IPC::Run::run([ '/usr/bin/python3', "$src/test/zkinspect.py",
-			$hosts, @args ], '>', \$stdout, '2>', \$stderr);
-	die "zkinspect @args failed: $stderr" if !$ok && $? >> 8 != 1;
+	IPC::Run::run([ '/usr/bin/python3', "$src/test/zkinspect.py",
+			$hosts, @args ], '>', \$stdout, '2>', \$stderr)
+	  or die "zkinspect @args failed (exit " . ($? >> 8) . "): $stderr";
 	return $stdout;
+}
+
+# Every client's contender markers, with the sequence number after them.
+my $contender_re = qr/(?:-lock-|__lock__|__rlock__|__READ__|__WRIT__)(-?\d+)$/;
+
+# The lock nodes anywhere under a path.  Run it while the sessions that
+# made them are still open and idle: a node left behind by a live session
+# stays, while any session that ends takes its nodes with it.
+sub zk_lock_nodes
+{
+	my ($path) = @_;
+	return grep { /$contender_re/ } split /\n/, zkinspect('tree', $path);
 }
 
 sub zk_get
@@ -108,13 +129,14 @@ sub zk_children
 	return grep { length } split /\n/, zkinspect('children', $path);
 }
 
-# Contender nodes under a lock's parent, in queue order.
+# Contender nodes under a lock's parent, with every client's markers, in
+# sequence order ("%010d" of a signed int after the marker).
 sub zk_contenders
 {
 	my ($path) = @_;
-	my @c = grep { /(-lock-|__lock__)-?\d+$/ } zk_children($path);
-	# The sequence is the last ten characters, "%010d" of a signed int.
-	my @sorted = sort { substr($a, -10) <=> substr($b, -10) } @c;
+	my @c = grep { /$contender_re/ } zk_children($path);
+	my %seq = map { /$contender_re/; ($_ => $1) } @c;
+	my @sorted = sort { $seq{$a} <=> $seq{$b} } @c;
 	return @sorted;
 }
 
@@ -151,6 +173,28 @@ sub wait_for_zk_wait
 				"SELECT wait_event_type FROM pg_stat_activity WHERE pid = $pid")
 			  eq 'Extension';
 		});
+}
+
+# The xid of the last request a ZooKeeper session sent, from the "cons" of
+# the server it is connected to ("127.0.0.1:port", session id "0x..."): the
+# difference between two readings counts the requests sent in between.
+sub zk_session_last_xid
+{
+	my ($server, $session_id) = @_;
+	my ($host, $port) = split /:/, $server;
+	my $sock = IO::Socket::INET->new(PeerAddr => $host, PeerPort => $port,
+		Timeout => 5)
+	  or die "cannot reach $server: $!";
+	print $sock 'cons';
+	my $out = do { local $/; <$sock> };
+	close $sock;
+	$session_id = lc($session_id =~ s/^0x//r);
+	for my $line (split /\n/, $out // '')
+	{
+		next unless $line =~ /sid=0x([0-9a-f]+)/ && $1 eq $session_id;
+		return hex($1) if $line =~ /lcxid=0x([0-9a-f]+)/;
+	}
+	die "session 0x$session_id not in the cons of $server:\n" . ($out // '');
 }
 
 # Run the ensemble control script (stop, start, kill N, ...).
@@ -202,13 +246,23 @@ sub peer_send
 	return;
 }
 
-# Wait for a line matching $re; consumes output up to it.  False on timeout.
+# Wait for a line matching $re; consumes output up to it.  False on
+# timeout, and at once on an "error: ..." line that $re does not match.
 sub peer_expect
 {
 	my ($peer, $re, $timeout) = @_;
 	$peer->{timer}->start($timeout // $PostgreSQL::Test::Utils::timeout_default);
-	$peer->{run}->pump until $peer->{out} =~ $re || $peer->{timer}->is_expired;
-	return 0 if $peer->{timer}->is_expired && $peer->{out} !~ $re;
+	$peer->{run}->pump
+	  until $peer->{out} =~ $re
+	  || $peer->{out} =~ /^error: /m
+	  || $peer->{timer}->is_expired;
+	if ($peer->{out} !~ $re)
+	{
+		diag("peer $peer->{kind}: waiting for $re, got:\n$peer->{out}")
+		  if $peer->{out} =~ /^error: /m;
+		$peer->{out} =~ s/^.*?^error: [^\n]*\n?//ms;
+		return 0;
+	}
 	$peer->{out} =~ s/^.*?$re\n?//s;
 	return 1;
 }

@@ -30,8 +30,9 @@ End of input while "acquire" blocks cancels the wait (the node is deleted)
 and exits. SIGTERM closes the session, which removes the node at once,
 instead of leaving it until the session times out.
 
-Each acquire uses a new lock object, as the README advises kazoo users;
---reuse-lock keeps one for the peer's life, as kazoo's examples do, to
+Each acquire uses a new lock object, and tries once more with another on
+NoNodeError, as the README advises kazoo users; --reuse-lock keeps one
+object for the peer's life, as kazoo's examples do, and does not retry, to
 show what that meets when the lock's container parent is reaped.
 
 Logging goes to stderr at WARNING.
@@ -45,7 +46,7 @@ import sys
 import threading
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import CancelledError
+from kazoo.exceptions import CancelledError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 SESSION_TIMEOUT_S = 10.0
@@ -97,21 +98,28 @@ class Peer(object):
         if self.held:
             error("lock already held")
             return
-        with self.state:
-            if blocking and self.eof:
-                return
-            self.acquiring = blocking
-            # A kazoo lock creates its parent only the first time; zklock's
-            # parents are containers the server removes once empty, so a
-            # reused lock object can meet NoNodeError.  A fresh one per
-            # acquisition, as the README advises kazoo users.
-            if not self.reuse_lock:
-                self.lock = self.make_lock()
-        try:
-            got = self.lock.acquire(blocking=blocking)
-        finally:
+        # A kazoo lock makes sure of its parent only the first time, and
+        # then creates its node; zklock's parents are containers the server
+        # removes once empty, so a reused lock object meets NoNodeError, and
+        # so can a fresh one when the parent goes between those two steps.
+        # As the README advises kazoo users: a fresh lock object per
+        # acquisition, and one more try on NoNodeError.
+        for attempt in (1, 2):
             with self.state:
-                self.acquiring = False
+                if blocking and self.eof:
+                    return
+                self.acquiring = blocking
+                if not self.reuse_lock:
+                    self.lock = self.make_lock()
+            try:
+                got = self.lock.acquire(blocking=blocking)
+                break
+            except NoNodeError:
+                if self.reuse_lock or attempt == 2:
+                    raise
+            finally:
+                with self.state:
+                    self.acquiring = False
         if got:
             self.held = True
             say("acquired")

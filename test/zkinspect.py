@@ -5,14 +5,14 @@ Usage: zkinspect.py HOSTS COMMAND PATH [ARGS]
 
   children PATH              sorted child names, one per line
                              (nothing if PATH does not exist)
-  get PATH                   node data as UTF-8 (exit 1 if missing)
-  stat PATH                  "CZXID 0xEPHEMERAL_OWNER" (exit 1 if missing)
+  get PATH                   node data as UTF-8 (exit 3 if missing)
+  stat PATH                  "CZXID 0xEPHEMERAL_OWNER" (exit 3 if missing)
   tree PATH                  every descendant path, depth first, sorted
                              (PATH itself excluded; nothing if missing)
   create PATH [DATA]         create PATH (and missing parents); DATA
                              "hex:..." gives raw bytes
   delete PATH                delete PATH and everything below it
-                             (exit 1 if missing)
+                             (exit 3 if missing)
   try-delete PATH            try to delete PATH alone; print "ok" or the
                              error's class name (exit 0 either way)
   try-set PATH DATA          likewise for setting PATH's data
@@ -24,10 +24,12 @@ Usage: zkinspect.py HOSTS COMMAND PATH [ARGS]
                              its owner, as Curator's tests do
   wait-children PATH N TIMEOUT_S
                              wait until PATH has exactly N children
-                             (a missing PATH has 0; exit 1 on timeout)
+                             (a missing PATH has 0; exit 4 on timeout)
 
-Exit status: 0 success, 1 missing node or timeout, 2 usage or
-connection error.
+Exit status: 0 success, 2 usage or connection error, 3 missing node,
+4 timeout.  Anything else that goes wrong (an exception: a connection lost
+for good, a retry deadline, an authentication error) exits with 1, so a
+caller can tell a failure from an answer.
 """
 
 import logging
@@ -47,7 +49,11 @@ def usage():
     sys.exit(2)
 
 
-def fail(msg, code=1):
+MISSING = 3
+TIMEOUT = 4
+
+
+def fail(msg, code):
     sys.stderr.write("zkinspect: %s\n" % msg)
     sys.exit(code)
 
@@ -132,7 +138,7 @@ def main(argv):
             try:
                 data, _ = zk.retry(zk.get, path)
             except NoNodeError:
-                fail("%s: no such node" % path)
+                fail("%s: no such node" % path, MISSING)
             print((data or b"").decode("utf-8", "replace"))
         elif cmd == "stat":
             try:
@@ -140,7 +146,7 @@ def main(argv):
             except NoNodeError:
                 st = None
             if st is None:
-                fail("%s: no such node" % path)
+                fail("%s: no such node" % path, MISSING)
             # Session ids are unsigned on the wire; kazoo hands back signed.
             print("%d 0x%x" % (st.czxid, st.ephemeralOwner & (2**64 - 1)))
         elif cmd == "create":
@@ -150,7 +156,7 @@ def main(argv):
             try:
                 zk.retry(zk.create, path, data, makepath=True)
             except NodeExistsError:
-                fail("%s: node exists" % path)
+                fail("%s: node exists" % path, 1)
         elif cmd == "try-children":
             try:
                 names = sorted(zk.get_children(path))
@@ -169,7 +175,7 @@ def main(argv):
                 print(type(e).__name__)
         elif cmd == "delete":
             if zk.retry(zk.exists, path) is None:
-                fail("%s: no such node" % path)
+                fail("%s: no such node" % path, MISSING)
             zk.retry(zk.delete, path, recursive=True)
         elif cmd == "wait-children":
             deadline = time.monotonic() + timeout
@@ -179,7 +185,7 @@ def main(argv):
                     break
                 if time.monotonic() >= deadline:
                     fail("%s: has %d children, wanted %d after %gs"
-                         % (path, have, want, timeout))
+                         % (path, have, want, timeout), TIMEOUT)
                 time.sleep(0.05)
     finally:
         zk.stop()

@@ -14,6 +14,16 @@ and fires once, on the next create of a lock node (a path containing
   drop-create-request  drop the connection instead of forwarding the create:
                        the server never sees it
 
+and one fault stays armed while its file exists:
+
+  blackhole            forward nothing in either direction, on open
+                       connections and new ones alike, as a cut cable
+                       would: the client hears nothing and the server
+                       nothing, but no connection is closed
+
+The proxy writes the wall-clock time (seconds since the epoch) at which it
+last passed a frame from the server to a client to CONTROL_DIR/last-reply.
+
 Runs until killed.
 """
 
@@ -22,6 +32,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 
 CREATE_OPS = {1, 15, 19, 21}  # create, create2, createContainer, createTTL
 
@@ -39,6 +50,26 @@ def read_exact(sock, n):
 def read_frame(sock):
     (length,) = struct.unpack(">i", read_exact(sock, 4))
     return read_exact(sock, length)
+
+
+def blackholed(control):
+    return os.path.exists(os.path.join(control, "blackhole"))
+
+
+def swallow(sock):
+    """Read and drop everything from sock until it closes."""
+    try:
+        while sock.recv(65536):
+            pass
+    except OSError:
+        pass
+
+
+def note_reply(control):
+    path = os.path.join(control, "last-reply")
+    with open(path + ".tmp", "w") as f:
+        f.write("%.3f\n" % time.time())
+    os.replace(path + ".tmp", path)
 
 
 def take_fault(control, name):
@@ -72,6 +103,8 @@ class Connection:
             self.server.sendall(frame(read_frame(self.client)))  # connect
             while True:
                 body = read_frame(self.client)
+                if blackholed(self.control):
+                    continue
                 if len(body) >= 12:
                     xid, op, pathlen = struct.unpack(">iii", body[:12])
                     path = body[12:12 + max(pathlen, 0)]
@@ -89,10 +122,13 @@ class Connection:
             self.client.sendall(frame(read_frame(self.server)))  # connect
             while True:
                 body = read_frame(self.server)
+                if blackholed(self.control):
+                    continue
                 (xid,) = struct.unpack(">i", body[:4])
                 if self.drop_xid is not None and xid == self.drop_xid:
                     raise EOFError
                 self.client.sendall(frame(body))
+                note_reply(self.control)
         except (EOFError, OSError):
             self.close()
 
@@ -112,6 +148,9 @@ def main():
     listener.listen(16)
     while True:
         client, _ = listener.accept()
+        if blackholed(control):
+            threading.Thread(target=swallow, args=(client,), daemon=True).start()
+            continue
         try:
             conn = Connection(client, server_port, control)
         except OSError:
