@@ -30,7 +30,7 @@ run_sql($a, "SELECT zk_lock('handoff')");
 is(scalar zk_contenders("$root/handoff"), 1,
 	'a repeated acquire by the holder adds no node');
 
-send_query($b, "SELECT zk_lock('handoff'); SELECT 'b granted';");
+send_query($b, "SELECT 'b granted' FROM zk_lock('handoff');");
 ok(wait_for_zk_wait($node, $b->{zk_pid}),
 	'a second backend waits, shown as wait_event_type Extension');
 ok(zk_wait_contenders("$root/handoff", 2), 'the waiter queued one node');
@@ -60,8 +60,8 @@ for my $i (1 .. 5)
 {
 	my $s = zk_session($node);
 	send_query($s,
-		"SELECT zk_lock('fifo'); INSERT INTO grants (who) VALUES ($i); "
-		  . "SELECT zk_unlock('fifo'); SELECT 'waiter $i done';");
+		"INSERT INTO grants (who) SELECT $i FROM zk_lock('fifo'); "
+		  . "SELECT 'waiter $i done' WHERE zk_unlock('fifo');");
 	ok(wait_for_zk_wait($node, $s->{zk_pid}), "waiter $i waits");
 	# Its node, not only its wait: the order is the nodes' order.
 	ok(zk_wait_contenders("$root/fifo", $i + 1), "waiter $i queued");
@@ -105,7 +105,7 @@ is($out, 'still usable', 'the backend keeps working after those errors');
 my $c = zk_session($node);
 send_query($b, "SELECT zk_lock('giveup');");
 ok(wait_for_zk_wait($node, $b->{zk_pid}), 'first waiter queued');
-send_query($c, "SELECT zk_lock('giveup'); SELECT 'c granted';");
+send_query($c, "SELECT 'c granted' FROM zk_lock('giveup');");
 ok(wait_for_zk_wait($node, $c->{zk_pid}), 'second waiter queued behind it');
 ok(zk_wait_contenders("$root/giveup", 3), 'three nodes in the queue');
 my $t0 = time;
@@ -113,8 +113,9 @@ $node->safe_psql('postgres', "SELECT pg_cancel_backend($b->{zk_pid})");
 ok(await_output($b, qr/canceling statement due to user request/),
 	'pg_cancel_backend ends the wait');
 cmp_ok(time - $t0, '<', 3, 'the cancel took effect within 3 s');
-ok(zk_wait_contenders("$root/giveup", 2),
-	'the cancelled waiter left no node');
+# Gone when the call returns, as the README promises: no polling.
+is(scalar zk_contenders("$root/giveup"), 2,
+	'the cancelled waiter\'s node is gone when the call returns');
 run_sql($a, "SELECT zk_unlock('giveup')");
 ok(await_output($c, qr/c granted/),
 	'the waiter behind the cancelled one gets the lock');
@@ -125,7 +126,7 @@ ok(zk_wait_contenders("$root/giveup", 0), 'the queue is empty');
 # The session timeout is 20 s: a grant within a few seconds shows the
 # exiting backend closed its session rather than leaving it to expire.
 run_sql($a, "SELECT zk_lock('exit')");
-send_query($c, "SELECT zk_lock('exit'); SELECT 'c granted after exit';");
+send_query($c, "SELECT 'c granted after exit' FROM zk_lock('exit');");
 ok(wait_for_zk_wait($node, $c->{zk_pid}), 'waiter queued behind the holder');
 $t0 = time;
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($a->{zk_pid})");
@@ -134,7 +135,7 @@ ok(await_output($c, qr/c granted after exit/),
 cmp_ok(time - $t0, '<', 3, 'at once, not after the session timeout');
 
 my $d = zk_session($node);
-send_query($d, "SELECT zk_lock('exit'); SELECT 'd granted after quit';");
+send_query($d, "SELECT 'd granted after quit' FROM zk_lock('exit');");
 ok(wait_for_zk_wait($node, $d->{zk_pid}), 'waiter queued behind the holder');
 $t0 = time;
 $c->quit;
@@ -148,8 +149,9 @@ send_query($e, "SELECT zk_lock('exit');");
 ok(wait_for_zk_wait($node, $e->{zk_pid}), 'waiter queued');
 ok(zk_wait_contenders("$root/exit", 2), 'two nodes');
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($e->{zk_pid})");
-ok(zk_wait_contenders("$root/exit", 1),
-	'a terminated waiter left no node');
+# Well within the 20 s session timeout, so an expiry cannot pass for it.
+ok(zk_wait_contenders("$root/exit", 1, 5),
+	'a terminated waiter left no node: its session was closed');
 run_sql($d, "SELECT zk_unlock('exit')");
 ok(zk_wait_contenders("$root/exit", 0), 'the queue is empty');
 
@@ -159,7 +161,11 @@ run_sql($b, "SELECT zk_lock('plain-name_1.x'); SELECT zk_lock('a/b'); "
 my %parents = map { $_ => 1 } zk_children($root);
 ok($parents{$_}, "lock parent $_ exists directly under the root")
   for ('plain-name_1.x', 'a%2Fb', '%2E%2E', 'zookeeper');
-ok(!grep({ m{/} } keys %parents), 'no name reached below another node');
+# Every path under the root is a parent or a contender directly below one.
+my @deep = grep { tr{/}{} - $root =~ tr{/}{} > 2
+	  || (tr{/}{} - $root =~ tr{/}{} == 2 && !m{/_c_[^/]+-lock-\d{10}$}) }
+  split /\n/, ZkTest::zkinspect('tree', $root);
+is_deeply(\@deep, [], 'no name reached below another node');
 my ($old_token) = run_sql($b, "SELECT zk_lock_token('a/b')");
 run_sql($b, 'SELECT zk_unlock_all()');
 
@@ -176,6 +182,8 @@ cmp_ok($new_token, '>', $old_token,
 	'the fencing token still grows across a re-created parent');
 run_sql($b, "SELECT zk_unlock('a/b')");
 
+# While every session is still open: a node left by a live session stays.
+is_deeply([ zk_lock_nodes($root) ], [], 'no lock node is left under the root');
 $b->quit;
 $d->quit;
 $node->stop;
@@ -198,8 +206,5 @@ unlike($single_out . $single_err, qr/ERROR/, 'without an error');
 # The client library's own chatter stays out of the server log.
 my $log = slurp_file($node->logfile);
 unlike($log, qr/ZOO_(INFO|DEBUG)/, 'no ZooKeeper client INFO or DEBUG lines in the server log');
-ok(wait_until('no lock nodes under the root',
-		sub { !grep { /-lock-/ } split /\n/, ZkTest::zkinspect('tree', $root) }),
-	'no lock node is left under the root');
 
 done_testing();

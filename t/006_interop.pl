@@ -37,7 +37,7 @@ for my $kind ('kazoo', 'curator')
 
 	is(sql_try($s, "zk_try_lock('$name')"), 'f', "$kind: excludes a zklock writer");
 	is(sql_try($s, "zk_try_lock_shared('$name')"), 'f', "$kind: excludes a zklock reader");
-	send_query($s, "SELECT zk_lock('$name'); SELECT 'sql granted';");
+	send_query($s, "SELECT 'sql granted' FROM zk_lock('$name');");
 	ok(wait_for_zk_wait($node, $s->{zk_pid}), "$kind: zklock queues behind it");
 	peer_send($peer, 'release');
 	ok(peer_expect($peer, qr/^released$/m), "$kind: releases");
@@ -81,7 +81,7 @@ for my $kind ('kazoo', 'curator')
 		my ($kind, $c) = @$entry;
 		if ($kind eq 'sql')
 		{
-			send_query($c, "SELECT zk_lock('mixed'); SELECT 'sql granted';");
+			send_query($c, "SELECT 'sql granted' FROM zk_lock('mixed');");
 		}
 		else
 		{
@@ -106,8 +106,17 @@ for my $kind ('kazoo', 'curator')
 		  ? await_output($c, qr/sql granted/)
 		  : peer_expect($c, qr/^acquired$/m);
 		ok($granted, "contender " . ($i + 2) . " ($kind) granted in turn");
-		is(scalar zk_contenders($path), scalar(@queue) - $i,
-			'and nobody behind it was let in early');
+		if ($i < $#queue)
+		{
+			# While it holds, the next in line still waits.
+			my ($next_kind, $next) = @{ $queue[ $i + 1 ] };
+			sleep 1;
+			$next->{run}->pump_nb;
+			my $early = $next_kind eq 'sql'
+			  ? $next->{stdout} =~ /sql granted/
+			  : $next->{out} =~ /^acquired$/m;
+			ok(!$early, "and contender " . ($i + 3) . " ($next_kind) still waits");
+		}
 		if ($kind eq 'sql')
 		{
 			run_sql($c, "SELECT zk_unlock('mixed')");
@@ -122,6 +131,26 @@ for my $kind ('kazoo', 'curator')
 	}
 	ok(zk_wait_contenders($path, 0), 'the mixed queue drained');
 	$h->quit;
+}
+
+# The peers' own incompatibility the README warns of: Curator orders
+# children by the text after its "lock-", which kazoo's nodes lack, so a
+# Curator client does not wait for a kazoo holder.  (zklock waits for both.)
+{
+	my $path = "$root/peers";
+	my $s = zk_session($node);
+	my $kazoo = start_peer('kazoo', $path);
+	my $curator = start_peer('curator', $path);
+	peer_send($kazoo, 'acquire');
+	ok(peer_expect($kazoo, qr/^acquired$/m), 'peers: a kazoo client holds');
+	peer_send($curator, 'try');
+	ok(peer_expect($curator, qr/^acquired$/m),
+		'peers: a Curator client gets the lock beside it (the README\'s caveat)');
+	is(sql_try($s, "zk_try_lock('peers')"), 'f', 'peers: zklock is excluded by both');
+	peer_send($_, 'release') for ($kazoo, $curator);
+	peer_expect($_, qr/^released$/m) for ($kazoo, $curator);
+	peer_quit($_) for ($kazoo, $curator);
+	$s->quit;
 }
 
 # kazoo's read/write locks against zklock's modes.
@@ -160,6 +189,38 @@ for my $kind ('kazoo', 'curator')
 	peer_quit($_) for ($writer, $reader);
 	$s->quit;
 	ok(zk_wait_contenders($path, 0), 'no node left');
+}
+
+# The README's caveat on kazoo's ReadLock: a waiting kazoo reader waits for
+# the newest writer in the queue, even one that queued after it and so
+# waits for it in turn.  Here a kazoo writer and a zklock writer queue
+# behind a waiting kazoo reader; once the first writer is gone, none of the
+# three gets the lock.
+{
+	my $path = "$root/kazoo_read";
+	my $s = zk_session($node);
+	my $first = start_peer('kazoo-write', $path);
+	my $reader = start_peer('kazoo-read', $path);
+	my $second = start_peer('kazoo-write', $path);
+	peer_send($first, 'acquire');
+	ok(peer_expect($first, qr/^acquired$/m), 'kazoo ReadLock caveat: a kazoo writer holds');
+	peer_send($reader, 'acquire');
+	ok(zk_wait_contenders($path, 2), 'a kazoo reader queues behind it');
+	peer_send($second, 'acquire');
+	ok(zk_wait_contenders($path, 3), 'a second kazoo writer queues behind the reader');
+	send_query($s, "SELECT 'zklock writer: ' || zk_lock('kazoo_read', '5s');");
+	ok(zk_wait_contenders($path, 4), 'and so does a zklock writer');
+	peer_send($first, 'release');
+	ok(peer_expect($first, qr/^released$/m), 'the first writer releases');
+	ok(await_output($s, qr/zklock writer: false/),
+		'the zklock writer, waiting for the kazoo reader, times out');
+	ok(!peer_expect($reader, qr/^acquired$/m, 2),
+		'the kazoo reader, waiting for the newest writer, still waits');
+	ok(!peer_expect($second, qr/^acquired$/m, 1),
+		'and the second kazoo writer, waiting for the reader, too');
+	peer_quit($_) for ($second, $reader, $first);
+	$s->quit;
+	ok(zk_wait_contenders($path, 0), 'no node left once the peers have gone');
 }
 
 # Curator's read/write lock nodes are not supported, but zklock still
