@@ -103,11 +103,14 @@ def zk_hosts():
     return PIN or ZK_HOSTS
 
 
-def pg_env(**extra):
-    """Environment for psql/pgbench: zklock.hosts pinned like the rest."""
+def pg_env(options="", **extra):
+    """Environment for psql/pgbench: zklock.hosts pinned like the rest, and
+    any further settings ("-c name=value ...")."""
     env = dict(os.environ, **extra)
     if PIN:
-        env["PGOPTIONS"] = "-c zklock.hosts=" + PIN
+        options = "-c zklock.hosts=%s %s" % (PIN, options)
+    if options.strip():
+        env["PGOPTIONS"] = options.strip()
     return env
 
 
@@ -308,14 +311,14 @@ def cycle_file(name, statements, count):
 
 # ------------------------------------------------------------------ pgbench
 
-def pgbench(script, extra, tag, timeout=900):
+def pgbench(script, extra, tag, timeout=900, options=""):
     """Run pgbench with per-transaction logging; return the sorted
     transaction end times in seconds, and the number of failed ones."""
     prefix = scratch("pgb-" + tag)
     for f in glob.glob(prefix + ".*"):
         os.unlink(f)
     out = run([PGBENCH, "-n", "-f", script, "-l", "--log-prefix=" + prefix] + extra,
-              timeout=timeout, cwd=SCRATCH, env=pg_env())
+              timeout=timeout, cwd=SCRATCH, env=pg_env(options))
     m = re.search(r"number of failed transactions: (\d+)", out)
     failed = int(m.group(1)) if m else 0
     ends = []
@@ -332,15 +335,41 @@ def pgbench(script, extra, tag, timeout=900):
     return ends
 
 
-def pgbench_period_ms(script, n, warmup, tag, extra=()):
+def pgbench_period_ms(script, n, warmup, tag, extra=(), options=""):
     """One client, warmup+n transactions: mean time per transaction of the
     last n, from the transaction end times (so it includes everything
     between two transactions, like a loop's wall time / n)."""
-    ends = pgbench(script, ["-c", "1", "-t", str(warmup + n)] + list(extra), tag)
+    ends = pgbench(script, ["-c", "1", "-t", str(warmup + n)] + list(extra), tag,
+                   options=options)
     if len(ends) != warmup + n:
         raise BenchError("pgbench %s: %d transactions logged, expected %d"
                          % (tag, len(ends), warmup + n))
     return (ends[-1] - ends[warmup - 1]) * 1e3 / n
+
+
+def commit_latency_ms(pause_s, n):
+    """Mean latency of COMMIT in BEGIN; zk_xact_lock; pg_sleep(pause); COMMIT
+    (pgbench -r), with a 3 s session timeout: a pause past a third of it
+    makes COMMIT ask the leader for a sync first."""
+    out = run([PGBENCH, "-n", "-r", "-f", SQL["commit_check"], "-c", "1", "-t", str(n),
+               "-D", "pause=%g" % pause_s], cwd=SCRATCH,
+              env=pg_env("-c zklock.session_timeout=3000"))
+    for line in out.splitlines():
+        if line.strip().endswith("COMMIT;"):
+            return float(line.split()[0])
+    raise BenchError("pgbench -r printed no COMMIT latency:\n" + out)
+
+
+def commit_check(rep):
+    """The cost of COMMIT's leader check: COMMIT after a pause of 1.2 s
+    (over a third of the 3 s session timeout) minus COMMIT right away."""
+    n = 3 if QUICK else 8
+    fresh = commit_latency_ms(0, n)
+    stale = commit_latency_ms(1.2, n)
+    RES.add("commit_fresh_ms", fresh)
+    RES.add("commit_stale_ms", stale)
+    RES.add("commit_check_extra_ms", stale - fresh)
+    return stale - fresh
 
 
 # ------------------------------------------------------------------ results
@@ -350,7 +379,6 @@ class Results(object):
         self.values = {}          # name -> list of per-repeat values
         self.notes = {}           # name -> extra text
         self.failures = []        # correctness failures
-        self.retries = []         # measurements that failed once and were run again
         self.servers = []         # server (and its role) of each repeat
 
     def add(self, name, value):
@@ -466,6 +494,9 @@ def reentrant(rep):
     unlock_f = cycle_file("reent-unlock.sql", ["SELECT zk_unlock('r');"], N_REENTRANT)
     s = Psql("zkbench-reentrant")
     try:
+        # A long session timeout: the session's heartbeat, sent a quarter
+        # timeout after the last answer, then falls outside the window.
+        s.query("SET zklock.session_timeout = '60s'")
         s.query("SELECT zk_lock('r')")
         st = s.query("SELECT server, session_id, acquisitions, waits FROM zk_status()")[0].split("|")
         server, sid, acq0, waits0 = st[0], st[1], int(st[2]), int(st[3])
@@ -620,15 +651,12 @@ def first_lock(kind):
 
 
 def attempt(what, fn, *args):
-    """Run one measurement; if it fails (a ZooKeeper stall makes clients
-    time out, see zk_log_warnings), note it and try once more."""
+    """Run one measurement.  A failure is a failure: it is recorded (the run
+    then exits non-zero) and the repeat it belongs to ends."""
     try:
         return fn(*args)
     except BenchError as e:
-        first = str(e).strip().splitlines()
-        log("%s failed, trying again: %s" % (what, " / ".join(first[-3:])))
-        RES.retries.append("%s: %s" % (what, " / ".join(first[-3:])))
-        return fn(*args)
+        raise BenchError("%s: %s" % (what, " / ".join(str(e).strip().splitlines()[-3:])))
 
 
 def repeat(rep, kazoo, curator):
@@ -654,11 +682,20 @@ def repeat(rep, kazoo, curator):
     RES.add("session_cycle", sc)
     RES.add("ratio_session_cycle", sc / fa)
     log("zklock session cycle %.3f ms (%.3f x floor awaited)" % (sc, sc / fa))
-    fp = run_floor("pipelined")
     v = attempt("transaction cycle", pgbench_period_ms, SQL["xact"], N, WARMUP, "xact")
     RES.add("xact_cycle", v)
-    RES.add("ratio_xact_cycle", v / fp)
-    log("zklock transaction cycle %.3f ms (%.3f x floor pipelined)" % (v, v / fp))
+    RES.add("ratio_xact_cycle", v / fa)
+    log("zklock transaction cycle %.3f ms (%.3f x floor awaited)" % (v, v / fa))
+    fp = run_floor("pipelined")
+    v = attempt("transaction cycle, release not awaited", pgbench_period_ms, SQL["xact"], N,
+                WARMUP, "xact_async", options="-c zklock.synchronous_release=off")
+    RES.add("xact_async_cycle", v)
+    RES.add("ratio_xact_async_cycle", v / fp)
+    log("zklock transaction cycle, synchronous_release off %.3f ms (%.3f x floor pipelined)"
+        % (v, v / fp))
+    v = attempt("COMMIT's leader check", commit_check, rep)
+    log("COMMIT after a pause past a third of the session timeout: +%.3f ms (%.3f vs %.3f)"
+        % (v, RES.values["commit_stale_ms"][-1], RES.values["commit_fresh_ms"][-1]))
     v = attempt("advisory cycle", pgbench_period_ms, SQL["advisory"], N, WARMUP, "advisory")
     RES.add("advisory_cycle", v)
     RES.add("ratio_advisory_cycle", sc / v)
@@ -921,12 +958,19 @@ def report(elapsed):
         """met: True/False, or None when the figure is missing."""
         if goal and value is None:
             met = None
-        rows.append((name, value, unit, ratio, ref, goal, met, desc, digits))
+        # The ratio of the medians, beside the median of the per-pair
+        # ratios: on a noisy machine they differ, and both are shown.
+        of_medians = None
+        if ratio is not None and ref and ref != name:
+            of_medians = ratio_of(value, med(ref))
+        rows.append((name, value, unit, ratio, of_medians, ref, goal, met, desc, digits))
         vals = RES.values.get(key or name)
         fields = ["BENCH", "name=" + name, "median_%s=%s" % (
             unit.replace("/", "_per_"), "missing" if value is None else fmt(value, max(digits, 4)))]
         if ratio is not None:
             fields.append("ratio=%.3f" % ratio)
+            if of_medians is not None:
+                fields.append("ratio_of_medians=%.3f" % of_medians)
             fields.append("ratio_vs=" + ref)
         for k, v in (extra or {}).items():
             fields.append("%s=%s" % (k, "missing" if v is None else fmt(v, 1)))
@@ -958,8 +1002,18 @@ def report(elapsed):
         "<= 1.10x", goal_le(r, 1.10), extra={"cycles_per_s": per_s(sc)})
     xc = med("xact_cycle")
     r = med("ratio_xact_cycle")
-    row("xact_cycle", xc, "ms", "zklock: BEGIN; zk_xact_lock; COMMIT, pgbench -c 1", r,
-        "floor_pipelined", "<= 1.10x", goal_le(r, 1.10), extra={"cycles_per_s": per_s(xc)})
+    row("xact_cycle", xc, "ms", "zklock: BEGIN; zk_xact_lock; COMMIT, pgbench -c 1 "
+        "(COMMIT waits for the release: the default)", r,
+        "floor_awaited", "<= 1.10x", goal_le(r, 1.10), extra={"cycles_per_s": per_s(xc)})
+    xa = med("xact_async_cycle")
+    r = med("ratio_xact_async_cycle")
+    row("xact_async_cycle", xa, "ms", "the same with zklock.synchronous_release = off", r,
+        "floor_pipelined", "<= 1.10x", goal_le(r, 1.10), extra={"cycles_per_s": per_s(xa)})
+    row("commit_check_extra", med("commit_check_extra_ms"), "ms",
+        "COMMIT's leader check: COMMIT after a pause past T/3 (a sync first) minus COMMIT "
+        "right after the lock (%.3f vs %.3f ms)"
+        % (med("commit_stale_ms") or 0, med("commit_fresh_ms") or 0),
+        key="commit_check_extra_ms")
     ac = med("advisory_cycle")
     row("advisory_cycle", ac, "ms",
         "local reference: pg_advisory_lock + unlock, pgbench -c 1 (ratio: zklock session "
@@ -1128,28 +1182,30 @@ def report(elapsed):
                  "forceSync=yes; PostgreSQL 15 (fsync=off); %d CPUs"
                  % (os.environ.get("BENCH_REVISION", "?"), RES.digest[:12], os.cpu_count()))
     lines.append("ratio: the median of the per-repeat ratios, each pair measured back to back "
-                 "(for peers: peer cycle time / zklock's = zklock cycles/s / peer's)")
+                 "(for peers: peer cycle time / zklock's = zklock cycles/s / peer's); "
+                 "of medians: the median shown / the median of the figure it is compared with")
     lines.append("repeat r pins every client (zkfloor, zklock.hosts, kazoo, Curator) to one "
                  "server, in turn: %s" % " ".join(RES.servers))
-    hdr = "%-36s %11s %-8s %7s %-17s %-19s %s" % ("figure", "median", "unit", "ratio", "ratio vs",
-                                                 "goal", "")
+    hdr = "%-36s %11s %-8s %7s %7s %-17s %-19s %s" % (
+        "figure", "median", "unit", "ratio", "of med.", "ratio vs", "goal", "")
     for r in rows:
         if isinstance(r, str):
             lines.append("")
             lines.append("-- " + r)
             lines.append(hdr)
             continue
-        name, value, unit, ratio, ref, goal, met, desc, digits = r
+        name, value, unit, ratio, of_medians, ref, goal, met, desc, digits = r
         status = "" if not goal else {True: "met", False: "MISSED", None: "MISSING"}[met]
-        lines.append("%-36s %11s %-8s %7s %-17s %-19s %s" % (
+        lines.append("%-36s %11s %-8s %7s %7s %-17s %-19s %s" % (
             name, "-" if value is None else fmt(value, digits), unit,
-            "" if ratio is None else "%.3f" % ratio, ref if ratio is not None else "",
-            goal, status))
+            "" if ratio is None else "%.3f" % ratio,
+            "" if of_medians is None else "%.3f" % of_medians,
+            ref if ratio is not None else "", goal, status))
     lines.append("")
     lines.append("What each figure is:")
     for r in rows:
         if not isinstance(r, str):
-            lines.append("  %-34s %s" % (r[0], r[7]))
+            lines.append("  %-34s %s" % (r[0], r[8]))
     for name, note in RES.notes.items():
         lines.append("  note %s: %s" % (name, note))
     lines.append("")
@@ -1166,11 +1222,8 @@ def report(elapsed):
         else ""))
     lines.append("ZooKeeper fsync counters (mntr, per server, whole run): %s"
                  % getattr(RES, "fsync_mntr", "-"))
-    if RES.retries:
-        lines.append("measurements that failed once and were run again (%d):" % len(RES.retries))
-        lines.extend("  " + r for r in RES.retries)
     lines.append("")
-    goals = [(r[0], r[6]) for r in rows if not isinstance(r, str) and r[5]]
+    goals = [(r[0], r[7]) for r in rows if not isinstance(r, str) and r[6]]
     missed = [n for n, m in goals if m is False]
     missing = [n for n, m in goals if m is None]
     lines.append("goals: %d met, %d missed%s%s" % (
@@ -1185,10 +1238,9 @@ def report(elapsed):
     lines.extend(bench)
     lines.append("BENCH name=zk_slow_fsyncs count=%d max_ms=%d" % (len(fs), max(fs) if fs else 0))
     lines.append("BENCH name=summary goals_met=%d goals_missed=%d goals_missing=%d failures=%d "
-                 "retries=%d seconds=%.0f quick=%d" % (len([1 for n, m in goals if m]), len(missed),
-                                                     len(missing), len(RES.failures),
-                                                     len(RES.retries), elapsed,
-                                                     1 if QUICK else 0))
+                 "seconds=%.0f quick=%d" % (len([1 for n, m in goals if m]), len(missed),
+                                            len(missing), len(RES.failures), elapsed,
+                                            1 if QUICK else 0))
     text = "\n".join(lines) + "\n"
     print()
     print(text, end="", flush=True)
@@ -1218,6 +1270,9 @@ def main():
     os.makedirs(SCRATCH, exist_ok=True)
     SQL["session"] = write_file("session.sql", "SELECT zk_lock('b');\nSELECT zk_unlock('b');\n")
     SQL["xact"] = write_file("xact.sql", "BEGIN;\nSELECT zk_xact_lock('b');\nCOMMIT;\n")
+    SQL["commit_check"] = write_file("commit_check.sql",
+                                     "BEGIN;\nSELECT zk_xact_lock('cc');\n"
+                                     "SELECT pg_sleep(:pause);\nCOMMIT;\n")
     SQL["advisory"] = write_file("advisory.sql",
                                  "SELECT pg_advisory_lock(1);\nSELECT pg_advisory_unlock(1);\n")
     SQL["contend"] = write_file("contend.sql", "SELECT zk_lock('h');\nSELECT zk_unlock('h');\n")
