@@ -407,3 +407,37 @@ zkn_parse_identity(const char *data, size_t len, ZknIdentity *id)
 		expect_literal(&c, "}") &&
 		c.p == c.end;
 }
+
+/* Copy the line at *p (up to '\n') into out; false if it does not fit. */
+static bool
+take_line(const char **p, const char *end, char *out, size_t outsize)
+{
+	const char *nl = memchr(*p, '\n', end - *p);
+	size_t		len;
+
+	if (nl == NULL || (size_t) (nl - *p) >= outsize || nl == *p ||
+		memchr(*p, '\0', nl - *p) != NULL)
+		return false;
+	len = nl - *p;
+	memcpy(out, *p, len);
+	out[len] = '\0';
+	*p = nl + 1;
+	return true;
+}
+
+/*
+ * Parse a published wait: "<parent>\n<node>\n<identity>", as zk_deadlock.c
+ * writes it.  The parent is an absolute path, the node a plain child name.
+ */
+bool
+zkn_parse_wait(const char *data, size_t len, ZknWait *wait)
+{
+	const char *p = data;
+	const char *end = data + len;
+
+	return take_line(&p, end, wait->parent, sizeof(wait->parent)) &&
+		wait->parent[0] == '/' &&
+		take_line(&p, end, wait->node, sizeof(wait->node)) &&
+		strchr(wait->node, '/') == NULL &&
+		zkn_parse_identity(p, end - p, &wait->id);
+}

@@ -70,4 +70,20 @@ typedef struct ZknIdentity
 
 extern bool zkn_parse_identity(const char *data, size_t len, ZknIdentity *id);
 
+/*
+ * A published wait, for deadlock detection: the lock parent waited on, the
+ * waiting node's name and the waiter's identity, one per line.
+ */
+#define ZKN_WAIT_PARENT_MAX	1024
+#define ZKN_WAIT_NODE_MAX	128
+
+typedef struct ZknWait
+{
+	char		parent[ZKN_WAIT_PARENT_MAX];
+	char		node[ZKN_WAIT_NODE_MAX];
+	ZknIdentity id;
+} ZknWait;
+
+extern bool zkn_parse_wait(const char *data, size_t len, ZknWait *wait);
+
 #endif							/* ZK_NAMES_H */

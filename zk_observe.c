@@ -18,6 +18,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "zk_deadlock.h"
 #include "zk_holds.h"
 #include "zk_queue.h"
 #include "zk_session.h"
@@ -313,8 +314,8 @@ Datum
 zk_status(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
-	Datum		values[11];
-	bool		nulls[11] = {0};
+	Datum		values[12];
+	bool		nulls[12] = {0};
 	const char *server = zks_is_open() ? zks_current_server() : NULL;
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
@@ -339,6 +340,7 @@ zk_status(PG_FUNCTION_ARGS)
 	values[8] = Int64GetDatum(zk_stats.timeouts);
 	values[9] = Int64GetDatum(zk_stats.cancellations);
 	values[10] = Int64GetDatum(zkh_losses());
+	values[11] = Int64GetDatum(zkd_deadlocks());
 
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

@@ -215,6 +215,26 @@ holds_without(const ZkqEntry *entries, int n, const int *place, int i,
 	return true;
 }
 
+/*
+ * Must the contender at own wait for the one at i?  So if i is someone
+ * else's, conflicts with own, and stands ahead of own's place or, behind
+ * it, holds the lock now.  *ahead says which.
+ */
+static bool
+blocks(const ZkqEntry *entries, int n, const int *place, int i, int own,
+	   bool by_czxid, bool *ahead)
+{
+	const ZkqEntry *e = &entries[i];
+	const ZkqEntry *self = &entries[own];
+
+	if (place[i] == place[own] || !conflict(e, self))
+		return false;
+	*ahead = queue_order(entries, place, i, own, by_czxid) < 0;
+	return *ahead ||
+		(created_order(e, self, by_czxid) < 0 &&
+		 holds_without(entries, n, place, i, own, NULL, by_czxid));
+}
+
 /* zkq_decide, with the places found. */
 static ZkqVerdict
 decide(const ZkqEntry *entries, int n, const int *place, int own,
@@ -231,13 +251,7 @@ decide(const ZkqEntry *entries, int n, const int *place, int own,
 		bool		ahead;
 		bool		later_upgrade;
 
-		if (place[i] == place[own] || !conflict(e, self))
-			continue;
-		/* Ahead of our place, or behind it but holding the lock now. */
-		ahead = queue_order(entries, place, i, own, by_czxid) < 0;
-		if (!ahead &&
-			!(created_order(e, self, by_czxid) < 0 &&
-			  holds_without(entries, n, place, i, own, NULL, by_czxid)))
+		if (!blocks(entries, n, place, i, own, by_czxid, &ahead))
 			continue;
 		later_upgrade = ahead && place[i] != i &&
 			created_order(self, e, by_czxid) < 0;
@@ -278,6 +292,33 @@ zkq_decide(const ZkqEntry *entries, int n, int own, bool by_czxid,
 	verdict = decide(entries, n, place, own, by_czxid, watch);
 	free(place);
 	return verdict;
+}
+
+/*
+ * Every contender the one at own must wait for before it holds the lock,
+ * for deadlock detection and for showing who blocks a waiter: their
+ * indexes go to blockers (room for n).  Returns how many, or -1 if memory
+ * ran out.
+ */
+int
+zkq_blockers(const ZkqEntry *entries, int n, int own, bool by_czxid,
+			 int *blockers)
+{
+	int		   *place = find_places(entries, n, by_czxid);
+	int			count = 0;
+	int			i;
+
+	if (place == NULL)
+		return -1;
+	for (i = 0; i < n; i++)
+	{
+		bool		ahead;
+
+		if (blocks(entries, n, place, i, own, by_czxid, &ahead))
+			blockers[count++] = i;
+	}
+	free(place);
+	return count;
 }
 
 /*

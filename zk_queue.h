@@ -44,6 +44,8 @@ typedef enum ZkqVerdict
 extern bool zkq_needs_czxid(const ZkqEntry *entries, int n);
 extern ZkqVerdict zkq_decide(const ZkqEntry *entries, int n, int own,
 							 bool by_czxid, int *watch);
+extern int	zkq_blockers(const ZkqEntry *entries, int n, int own,
+						 bool by_czxid, int *blockers);
 extern bool zkq_describe(const ZkqEntry *entries, int n, bool by_czxid,
 						 int *order, bool *holds);
 

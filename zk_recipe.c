@@ -40,6 +40,7 @@
 #include "miscadmin.h"
 #include "utils/timestamp.h"
 
+#include "zk_deadlock.h"
 #include "zk_queue.h"
 #include "zk_recipe.h"
 #include "zk_session.h"
@@ -58,6 +59,8 @@ typedef struct Acquisition
 	bool		shared;
 	TimestampTz deadline;		/* 0: none */
 	bool		waited;			/* had to wait behind another contender */
+	TimestampTz deadlock_check_at;	/* 0: no deadlock check due */
+	ZkdWait		published;		/* our wait, once published for that check */
 	bool		timed_out;		/* the deadline passed */
 	bool		reply_lost;		/* a create may have been applied unseen */
 	ZkRequest  *create;
@@ -115,13 +118,54 @@ await_connected(Acquisition *acq)
 	return false;
 }
 
+/*
+ * Start the deadlock timer for a wait that begins now (the first one of
+ * this attempt); zklock.deadlock_timeout = 0 turns it off.
+ */
+static void
+start_deadlock_timer(Acquisition *acq)
+{
+	if (acq->deadlock_check_at == 0 && acq->published.path[0] == '\0' &&
+		zklock_deadlock_timeout > 0)
+		acq->deadlock_check_at =
+			TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+										zklock_deadlock_timeout);
+}
+
+/*
+ * Wait for the watch; on the way, once deadlock_timeout has passed, check
+ * for a deadlock (zk_deadlock.c), which may end the wait with an ERROR.  A
+ * check that could not finish is tried again a deadlock_timeout later.
+ */
 static bool
 await_watch(Acquisition *acq, uint64 generation)
 {
-	if (zks_await_watch(generation, acq->deadline))
-		return true;
-	acq->timed_out = true;
-	return false;
+	for (;;)
+	{
+		TimestampTz until = acq->deadline;
+		TimestampTz check_deadline;
+
+		if (acq->deadlock_check_at != 0 &&
+			(until == 0 || acq->deadlock_check_at < until))
+			until = acq->deadlock_check_at;
+		if (zks_await_watch(generation, until))
+			return true;
+		if (until == acq->deadline)
+		{
+			acq->timed_out = true;
+			return false;
+		}
+		check_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													 zklock_connect_timeout);
+		if (acq->deadline != 0 && acq->deadline < check_deadline)
+			check_deadline = acq->deadline;
+		acq->deadlock_check_at = 0;
+		if (!zkd_check(acq->parent, acq->node->path, acq->data,
+					   &acq->published, check_deadline))
+			acq->deadlock_check_at =
+				TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+											zklock_deadlock_timeout);
+	}
 }
 
 /*
@@ -552,6 +596,8 @@ wait_in_queue(Acquisition *acq, bool wait)
 		{
 			/* Our old node goes the way of any given up; a new attempt. */
 			acq->waited = true;
+			zkd_withdraw(&acq->published);
+			acq->deadlock_check_at = 0;
 			if (!zks_delete_later(acq->node->path))
 				ereport(ERROR,
 						(errcode(ERRCODE_OUT_OF_MEMORY),
@@ -568,6 +614,7 @@ wait_in_queue(Acquisition *acq, bool wait)
 
 		/* A get-data watch: an exists watch on a gone node would linger. */
 		acq->waited = true;
+		start_deadlock_timer(acq);
 		generation = zks_watch_generation();
 		acq->watch = zks_watch_then_list(predecessor, acq->parent);
 		if (!await_reply(acq, acq->watch))
@@ -605,6 +652,7 @@ abandon(Acquisition *acq)
 	zks_cancel_listing();
 	for (i = 0; i < acq->npath_creates; i++)
 		release_request(&acq->path_creates[i]);
+	zkd_withdraw(&acq->published);
 
 	if (acq->node->path[0] != '\0' && !zks_delete_later(acq->node->path))
 		ereport(ERROR,
@@ -647,6 +695,7 @@ zkr_acquire(const char *parent, bool shared, const char *other_node,
 	{
 		if (create_node(acq) && wait_in_queue(acq, wait))
 		{
+			zkd_withdraw(&acq->published);
 			zks_keep_node(node->path);
 			result = ZKR_GRANTED;
 		}

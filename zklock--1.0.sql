@@ -138,7 +138,8 @@ CREATE FUNCTION zk_status(
     OUT wait_time_ms double precision,
     OUT timeouts bigint,
     OUT cancellations bigint,
-    OUT losses bigint)
+    OUT losses bigint,
+    OUT deadlocks bigint)
 RETURNS record
 AS 'MODULE_PATHNAME', 'zk_status'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;

@@ -49,6 +49,7 @@
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
 
+#include "zk_deadlock.h"
 #include "zk_holds.h"
 #include "zk_session.h"
 #include "zklock.h"
@@ -243,6 +244,7 @@ _PG_init(void)
 							 PGC_SUSET,
 							 0,
 							 NULL, NULL, NULL);
+	zkd_define_settings();
 	MarkGUCPrefixReserved("zklock");
 
 	RegisterXactCallback(zkh_xact_callback, NULL);

@@ -371,7 +371,7 @@ SELECT state, server ~ '^127\.0\.0\.1:[0-9]+$' AS server_ok,
        session_timeout_ms = 10000 AS timeout_ok, locks_held,
        acquisitions > 0 AS acquired, waits > 0 AS waited,
        wait_time_ms > 0 AS wait_time_ok, timeouts > 0 AS timed_out,
-       cancellations > 0 AS cancelled, losses
+       cancellations > 0 AS cancelled, losses, deadlocks
 FROM zk_status();
 SELECT count(*) AS columns FROM pg_attribute
 WHERE attrelid = 'zk_locks'::regclass AND attnum > 0;

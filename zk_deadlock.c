@@ -1,0 +1,622 @@
+/*-------------------------------------------------------------------------
+ *
+ * zk_deadlock.c
+ *	  Deadlock detection between zklock waiters of every cluster that
+ *	  shares a ZooKeeper ensemble.
+ *
+ * A backend that has waited zklock.deadlock_timeout publishes its wait:
+ * an ephemeral node "<root>/%waits/<session id>" holding the lock parent
+ * it waits on, its waiting node and its identity.  No lock name maps to
+ * "%waits" (an encoded name has '%' only before two hex digits), and the
+ * node goes with the session.  It then follows the wait-for graph: the
+ * contenders its node waits for by the queue rules (zk_queue.c), their
+ * owners (each node's ephemeralOwner is its session), what those sessions
+ * have published, and so on.
+ *
+ * The victim.  Of a cycle, the member whose published node is youngest
+ * (largest czxid, so the last to publish) is the victim, the same for
+ * every member.  So a checker only follows sessions that published before
+ * it did: it finds a cycle only if it is the youngest member, and then it
+ * is the victim.  It always finds one it is the youngest of: an edge of
+ * the graph appears only when a session starts to wait (whom a waiter
+ * waits for only shrinks), so the last member to publish sees every other
+ * member's wait in place, and ZooKeeper shows a session its own create,
+ * and so every earlier one, in every later read.  One check per published
+ * wait is therefore enough; a check that could not finish (no answer in
+ * time) is tried again after another deadlock_timeout.
+ *
+ * Confirmation.  The reads of one check are not one snapshot, so a cycle
+ * seen once may be made of edges that never stood at the same time.  The
+ * victim reads the cycle again: every member's published node (same
+ * czxid, so the same wait), its waiting node and the node it waits for.
+ * One session's reads see ZooKeeper's state in order, so if each of those
+ * nodes stood at both reads, they all stood at once between the two; and a
+ * real cycle stays until one of its members gives up.  Only then does the
+ * victim's wait end with "deadlock detected".
+ *
+ * What cannot be seen: clients other than zklock (Curator, kazoo) publish
+ * nothing, so a cycle through one of them is not found; and a backend with
+ * detection off (zklock.deadlock_timeout = 0) does not publish either.
+ *
+ * Every request made here is awaited with the checker's deadline; a check
+ * that runs out of time simply has not found anything.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+
+#include "zk_deadlock.h"
+#include "zk_queue.h"
+#include "zk_session.h"
+#include "zklock.h"
+
+int			zklock_deadlock_timeout = 1000;
+
+/* The published waits live under <root>/WAITS_DIR. */
+#define WAITS_DIR			"%waits"
+
+/* How many waiting sessions one check follows at most. */
+#define MAX_MEMBERS			64
+
+static int64 deadlocks = 0;
+
+void
+zkd_define_settings(void)
+{
+	DefineCustomIntVariable("zklock.deadlock_timeout",
+							"Sets the time to wait for a zklock before checking for a deadlock.",
+							"0 turns detection off: the waits of this backend are then not published, and cycles through it are not found.",
+							&zklock_deadlock_timeout,
+							1000, 0, INT_MAX,
+							PGC_SUSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+}
+
+/* How many deadlocks this backend was the victim of. */
+int64
+zkd_deadlocks(void)
+{
+	return deadlocks;
+}
+
+/* One waiting session of the wait-for graph. */
+typedef struct Member
+{
+	int64		session;
+	int64		published_czxid;
+	ZknWait		wait;
+	int			waited_for_by;	/* the member waiting for this one; -1: us */
+	char		blocking_node[ZKN_WAIT_NODE_MAX];	/* ours it waits for */
+} Member;
+
+/* A contender that a waiting node waits for, and whose session owns it. */
+typedef struct Blocker
+{
+	char		node[ZKN_WAIT_NODE_MAX];
+	int64		owner;
+} Blocker;
+
+typedef enum Reading
+{
+	READ_OK,
+	READ_NOT_WAITING,			/* the waiting node is gone */
+	READ_FAILED					/* no answer in time, or an error */
+} Reading;
+
+typedef struct Search
+{
+	const char *waits_dir;
+	TimestampTz deadline;
+	Member		members[MAX_MEMBERS];
+	int			nmembers;
+	int			closing;		/* member waiting for a node of ours */
+	char		closing_node[ZKN_WAIT_NODE_MAX];
+	/* Requests in flight, released together, or by the error cleanup. */
+	ZkRequest **requests;
+	int			nrequests;
+	int			capacity;
+} Search;
+
+/*
+ * Make room to track one more request; called before the request is made,
+ * so running out of memory leaves none untracked.
+ */
+static void
+make_room(Search *s)
+{
+	if (s->nrequests < s->capacity)
+		return;
+	s->capacity = Max(2 * s->capacity, 64);
+	if (s->requests == NULL)
+		s->requests = palloc(s->capacity * sizeof(ZkRequest *));
+	else
+		s->requests = repalloc(s->requests, s->capacity * sizeof(ZkRequest *));
+}
+
+static ZkRequest *
+track(Search *s, ZkRequest *req)
+{
+	Assert(s->nrequests < s->capacity);
+	s->requests[s->nrequests++] = req;
+	return req;
+}
+
+static void
+release_requests(Search *s)
+{
+	while (s->nrequests > 0)
+		zks_release_request(s->requests[--s->nrequests]);
+}
+
+static bool
+await_all(Search *s)
+{
+	int			i;
+
+	for (i = 0; i < s->nrequests; i++)
+		if (!zks_await(s->requests[i], s->deadline))
+			return false;
+	return true;
+}
+
+static char *
+published_path(const char *waits_dir, int64 session)
+{
+	return psprintf("%s/%016llx", waits_dir, (unsigned long long) session);
+}
+
+/*
+ * List the parent a member waits on and find whom its node waits for, by
+ * the queue rules.  The listing's contenders are each checked for their
+ * czxid and owner, in one pipeline.  *blockers is palloc'd.
+ */
+static Reading
+read_blockers(Search *s, const ZknWait *wait, Blocker **blockers, int *count)
+{
+	ZkRequest  *list;
+	ZkqEntry   *entries;
+	ZkRequest **stats;
+	int		   *indexes;
+	int			n = 0;
+	int			kept = 0;
+	int			own = -1;
+	int			nblockers;
+	int			i;
+
+	release_requests(s);
+	make_room(s);
+	list = track(s, zks_get_children(wait->parent));
+	if (!zks_await(list, s->deadline))
+		return READ_FAILED;
+	if (list->rc == ZNONODE)
+		return READ_NOT_WAITING;
+	if (list->rc != ZOK)
+		return READ_FAILED;
+
+	entries = palloc(Max(list->nchildren, 1) * sizeof(ZkqEntry));
+	stats = palloc(Max(list->nchildren, 1) * sizeof(ZkRequest *));
+	for (i = 0; i < list->nchildren; i++)
+	{
+		char	   *path;
+
+		if (zkn_parse_contender(list->children[i], &entries[n].contender) ==
+			ZKN_NOT_CONTENDER)
+			continue;
+		entries[n].name = list->children[i];
+		path = psprintf("%s/%s", wait->parent, list->children[i]);
+		make_room(s);
+		stats[n++] = track(s, zks_exists(path));
+		pfree(path);
+	}
+	if (!await_all(s))
+		return READ_FAILED;
+	for (i = 0; i < n; i++)
+	{
+		if (stats[i]->rc == ZNONODE)
+			continue;
+		if (stats[i]->rc != ZOK)
+			return READ_FAILED;
+		entries[kept] = entries[i];
+		entries[kept].czxid = stats[i]->stat.czxid;
+		stats[kept] = stats[i];
+		if (strcmp(entries[kept].name, wait->node) == 0)
+			own = kept;
+		kept++;
+	}
+	if (own < 0)
+		return READ_NOT_WAITING;
+
+	indexes = palloc(kept * sizeof(int));
+	nblockers = zkq_blockers(entries, kept, own,
+							 zkq_needs_czxid(entries, kept), indexes);
+	if (nblockers < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	*blockers = palloc(Max(nblockers, 1) * sizeof(Blocker));
+	*count = 0;
+	for (i = 0; i < nblockers; i++)
+	{
+		Blocker    *b = &(*blockers)[*count];
+
+		if (strlen(entries[indexes[i]].name) >= sizeof(b->node))
+			continue;
+		strlcpy(b->node, entries[indexes[i]].name, sizeof(b->node));
+		b->owner = stats[indexes[i]]->stat.ephemeralOwner;
+		(*count)++;
+	}
+	return READ_OK;
+}
+
+static int
+find_member(const Search *s, int64 session)
+{
+	int			i;
+
+	for (i = 0; i < s->nmembers; i++)
+		if (s->members[i].session == session)
+			return i;
+	return -1;
+}
+
+/*
+ * Read what the sessions in owners (their nodes in blockers, waited for by
+ * member via) have published, and add those that wait and published before
+ * us.  Returns false if the reads did not finish.
+ */
+static bool
+add_waiting_owners(Search *s, const Blocker *blockers, int count, int via)
+{
+	ZkRequest  *reads[MAX_MEMBERS];
+	const Blocker *whose[MAX_MEMBERS];
+	int			nreads = 0;
+	int			i;
+
+	release_requests(s);
+	for (i = 0; i < count && s->nmembers + nreads < MAX_MEMBERS; i++)
+	{
+		const Blocker *b = &blockers[i];
+		bool		pending = false;
+		int			j;
+		char	   *path;
+
+		/* A node with no owner is persistent: nobody waits behind it. */
+		if (b->owner == 0 || find_member(s, b->owner) >= 0)
+			continue;
+		for (j = 0; j < nreads; j++)
+			pending |= whose[j]->owner == b->owner;
+		if (pending)
+			continue;
+		path = published_path(s->waits_dir, b->owner);
+		make_room(s);
+		reads[nreads] = track(s, zks_get_data(path));
+		pfree(path);
+		whose[nreads++] = b;
+	}
+	if (!await_all(s))
+		return false;
+	for (i = 0; i < nreads; i++)
+	{
+		ZkRequest  *read = reads[i];
+		Member	   *m = &s->members[s->nmembers];
+
+		/*
+		 * Only a node its own session made counts, and only one made before
+		 * ours: see the header comment.
+		 */
+		if (read->rc != ZOK || read->data == NULL ||
+			read->stat.ephemeralOwner != whose[i]->owner ||
+			read->stat.czxid >= s->members[0].published_czxid ||
+			!zkn_parse_wait(read->data, read->datalen, &m->wait))
+			continue;
+		m->session = whose[i]->owner;
+		m->published_czxid = read->stat.czxid;
+		m->waited_for_by = via;
+		strlcpy(m->blocking_node, whose[i]->node, sizeof(m->blocking_node));
+		s->nmembers++;
+	}
+	return true;
+}
+
+typedef enum Found
+{
+	FOUND_CYCLE,
+	FOUND_NONE,
+	FOUND_UNKNOWN				/* the check could not finish */
+} Found;
+
+/*
+ * Breadth first from us: the first cycle back to us, with s->closing the
+ * member that waits for a node of ours.
+ */
+static Found
+find_cycle(Search *s)
+{
+	int64		self = s->members[0].session;
+	int			q;
+
+	for (q = 0; q < s->nmembers; q++)
+	{
+		Blocker    *blockers;
+		int			count;
+		int			i;
+
+		switch (read_blockers(s, &s->members[q].wait, &blockers, &count))
+		{
+			case READ_FAILED:
+				return FOUND_UNKNOWN;
+			case READ_NOT_WAITING:
+				if (q == 0)
+					return FOUND_NONE;
+				continue;
+			case READ_OK:
+				break;
+		}
+		for (i = 0; i < count; i++)
+		{
+			if (blockers[i].owner == self)
+			{
+				s->closing = q;
+				strlcpy(s->closing_node, blockers[i].node,
+						sizeof(s->closing_node));
+				return FOUND_CYCLE;
+			}
+		}
+		if (!add_waiting_owners(s, blockers, count, q))
+			return FOUND_UNKNOWN;
+	}
+	return FOUND_NONE;
+}
+
+/* Does member m still wait for node, owned by owner? */
+static Found
+still_waits_for(Search *s, const Member *m, const char *node, int64 owner)
+{
+	Blocker    *blockers;
+	int			count;
+	int			i;
+
+	switch (read_blockers(s, &m->wait, &blockers, &count))
+	{
+		case READ_FAILED:
+			return FOUND_UNKNOWN;
+		case READ_NOT_WAITING:
+			return FOUND_NONE;
+		case READ_OK:
+			break;
+	}
+	for (i = 0; i < count; i++)
+		if (blockers[i].owner == owner && strcmp(blockers[i].node, node) == 0)
+			return FOUND_CYCLE;
+	return FOUND_NONE;
+}
+
+/*
+ * Read the cycle again (see the header comment): every member still has
+ * the same published wait, and each still waits for the node it waited for.
+ */
+static Found
+confirm_cycle(Search *s)
+{
+	ZkRequest  *reads[MAX_MEMBERS];
+	Found		found;
+	int			i;
+	int			m;
+
+	release_requests(s);
+	for (m = s->closing, i = 0; m > 0; m = s->members[m].waited_for_by, i++)
+	{
+		char	   *path = published_path(s->waits_dir, s->members[m].session);
+
+		make_room(s);
+		reads[i] = track(s, zks_exists(path));
+		pfree(path);
+	}
+	if (!await_all(s))
+		return FOUND_UNKNOWN;
+	for (m = s->closing, i = 0; m > 0; m = s->members[m].waited_for_by, i++)
+	{
+		if (reads[i]->rc == ZNONODE ||
+			(reads[i]->rc == ZOK &&
+			 reads[i]->stat.czxid != s->members[m].published_czxid))
+			return FOUND_NONE;
+		if (reads[i]->rc != ZOK)
+			return FOUND_UNKNOWN;
+	}
+
+	found = still_waits_for(s, &s->members[s->closing], s->closing_node,
+							s->members[0].session);
+	for (m = s->closing; m > 0 && found == FOUND_CYCLE;
+		 m = s->members[m].waited_for_by)
+	{
+		const Member *waiter = &s->members[s->members[m].waited_for_by];
+
+		found = still_waits_for(s, waiter, s->members[m].blocking_node,
+								s->members[m].session);
+	}
+	return found;
+}
+
+/* The lock name a parent path stands for, in the database encoding. */
+static char *
+lock_name_of(const char *parent)
+{
+	const char *last = strrchr(parent, '/') + 1;
+	char		name[ZKN_NAME_MAX + 1];
+	size_t		len;
+
+	if (!zkn_decode_name(last, name, sizeof(name), &len))
+		return pstrdup(last);
+	return zkl_convert_lossy(name, len, PG_UTF8, GetDatabaseEncoding(), true);
+}
+
+/* "<pid> on <host>:<port>", for the deadlock report. */
+static char *
+process_of(const ZknIdentity *id)
+{
+	char	   *host = zkl_convert_lossy(id->host, strlen(id->host), PG_UTF8,
+										 GetDatabaseEncoding(), true);
+
+	return psprintf("%ld on %s:%ld", id->pid, host, id->port);
+}
+
+/*
+ * End our wait as PostgreSQL ends a deadlocked one, naming each member of
+ * the cycle, what it waits for and who blocks it.
+ */
+static void
+report_deadlock(Search *s)
+{
+	int			path[MAX_MEMBERS];
+	int			len = 0;
+	int			m;
+	int			i;
+	StringInfoData detail;
+
+	/* path[] runs against the waits: path[i] waits for path[i - 1]. */
+	for (m = s->closing; m > 0; m = s->members[m].waited_for_by)
+		path[len++] = m;
+	path[len++] = 0;
+	initStringInfo(&detail);
+	for (i = len - 1; i >= 0; i--)
+	{
+		const Member *waiter = &s->members[path[i]];
+		const Member *holder = &s->members[path[i > 0 ? i - 1 : len - 1]];
+		ZknContender contender;
+
+		(void) zkn_parse_contender(waiter->wait.node, &contender);
+		appendStringInfo(&detail, "%sProcess %s waits for %s zklock \"%s\"; blocked by process %s.",
+						 detail.len > 0 ? "\n" : "",
+						 process_of(&waiter->wait.id),
+						 contender.shared ? "shared" : "exclusive",
+						 lock_name_of(waiter->wait.parent),
+						 process_of(&holder->wait.id));
+	}
+	deadlocks++;
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
+			 errmsg("deadlock detected"),
+			 errdetail_internal("%s", detail.data),
+			 errhint("Take zklocks in the same order in every job.")));
+}
+
+/*
+ * Publish our wait: the parent waited on, our node and who we are.  Returns
+ * false if it did not happen in time; published->path is set as soon as a
+ * node may exist, so zkd_withdraw deletes it whatever happened.
+ */
+static bool
+publish(Search *s, const char *parent, const char *node, const char *identity,
+		ZkdWait *published)
+{
+	char	   *path = published_path(s->waits_dir, zks_session_id());
+	char	   *data = psprintf("%s\n%s\n%s", parent, node, identity);
+	int			attempt;
+
+	for (attempt = 0; attempt < 3; attempt++)
+	{
+		ZkRequest  *req;
+
+		release_requests(s);
+		make_room(s);
+		req = track(s, zks_create(path, data, strlen(data), ZOO_EPHEMERAL));
+		strlcpy(published->path, path, sizeof(published->path));
+		if (!zks_await(req, s->deadline))
+			return false;
+		if (req->rc == ZOK)
+		{
+			published->czxid = req->stat.czxid;
+			return true;
+		}
+		if (req->rc == ZNONODE)
+		{
+			make_room(s);
+			track(s, zks_create(s->waits_dir, NULL, -1, ZOO_CONTAINER));
+		}
+		else if (req->rc == ZNODEEXISTS)
+		{
+			/*
+			 * One left by an earlier attempt whose reply was lost: delete it
+			 * first (the delete is sent ahead of the next create), so ours
+			 * carries a fresh czxid.
+			 */
+			zkd_withdraw(published);
+		}
+		else
+			return false;
+		if (!await_all(s))
+			return false;
+	}
+	return false;
+}
+
+/*
+ * Check for a deadlock in which this backend's wait, on node_path under
+ * parent, is the youngest; publish the wait first if that is not done yet.
+ * Raises "deadlock detected" if there is one.  Returns false if the check
+ * could not finish by the deadline, so it should be tried again later.
+ */
+bool
+zkd_check(const char *parent, const char *node_path, const char *identity,
+		  ZkdWait *published, TimestampTz deadline)
+{
+	Search	   *s = palloc0(sizeof(Search));
+	const char *node = strrchr(node_path, '/') + 1;
+	Member	   *self = &s->members[0];
+	Found		found = FOUND_UNKNOWN;
+
+	s->waits_dir = psprintf("%.*s/%s", (int) (strrchr(parent, '/') - parent),
+							parent, WAITS_DIR);
+	s->deadline = deadline;
+	PG_TRY();
+	{
+		if (published->czxid != 0 ||
+			publish(s, parent, node, identity, published))
+		{
+			self->session = zks_session_id();
+			self->published_czxid = published->czxid;
+			self->waited_for_by = -1;
+			strlcpy(self->wait.parent, parent, sizeof(self->wait.parent));
+			strlcpy(self->wait.node, node, sizeof(self->wait.node));
+			if (!zkn_parse_identity(identity, strlen(identity), &self->wait.id))
+				memset(&self->wait.id, 0, sizeof(self->wait.id));
+			s->nmembers = 1;
+			found = find_cycle(s);
+			if (found == FOUND_CYCLE)
+				found = confirm_cycle(s);
+		}
+		if (found == FOUND_CYCLE)
+			report_deadlock(s);
+	}
+	PG_FINALLY();
+	{
+		release_requests(s);
+	}
+	PG_END_TRY();
+	if (s->requests)
+		pfree(s->requests);
+	pfree(s);
+	return found != FOUND_UNKNOWN;
+}
+
+/* Take a published wait back; the janitor deletes it. */
+void
+zkd_withdraw(ZkdWait *published)
+{
+	if (published->path[0] == '\0')
+		return;
+	if (!zks_delete_later(published->path))
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	published->path[0] = '\0';
+	published->czxid = 0;
+}
