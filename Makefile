@@ -1,7 +1,7 @@
 # zklock: PGXS build.  "make && make install" against the pg_config on PATH.
 
 MODULE_big = zklock
-OBJS = zklock.o zk_observe.o zk_holds.o zk_recipe.o zk_deadlock.o zk_queue.o zk_session.o zk_janitor.o zk_names.o
+OBJS = zklock.o zk_observe.o zk_shared.o zk_holds.o zk_recipe.o zk_deadlock.o zk_queue.o zk_session.o zk_janitor.o zk_names.o
 EXTENSION = zklock
 DATA = zklock--1.0.sql
 PGFILEDESC = "zklock - cluster-wide locks backed by Apache ZooKeeper"

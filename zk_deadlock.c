@@ -55,6 +55,7 @@
 #include "zk_deadlock.h"
 #include "zk_queue.h"
 #include "zk_session.h"
+#include "zk_shared.h"
 #include "zklock.h"
 
 int			zklock_deadlock_timeout = 1000;
@@ -501,6 +502,7 @@ report_deadlock(Search *s)
 						 process_of(&holder->wait.id));
 	}
 	deadlocks++;
+	zksh_count(s->members[0].wait.parent, ZKSH_DEADLOCKS, 1);
 	ereport(ERROR,
 			(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
 			 errmsg("deadlock detected"),

@@ -40,6 +40,7 @@
 
 #include "zk_holds.h"
 #include "zk_session.h"
+#include "zk_shared.h"
 
 typedef struct HoldMode
 {
@@ -51,6 +52,7 @@ typedef struct HoldMode
 	int			xact_alloc;
 	TimestampTz since;			/* when the node was granted */
 	uint64		contact_epoch;	/* zks_contact_epoch when last known ours */
+	int			shown;			/* slot showing it server-wide (zk_shared.c) */
 } HoldMode;
 
 typedef struct LockEntry
@@ -128,8 +130,11 @@ remove_entry(HTAB *table, LockEntry *entry)
 	int			m;
 
 	for (m = 0; m < 2; m++)
+	{
+		zksh_drop_hold(entry->modes[m].shown);
 		if (entry->modes[m].xact_subids)
 			pfree(entry->modes[m].xact_subids);
+	}
 	pfree(entry->name);
 	hash_search(table, entry->parent, HASH_REMOVE, NULL);
 }
@@ -185,6 +190,53 @@ update_cancel_on_loss(void)
 	zks_set_cancel_on_loss(any);
 }
 
+static int64 entry_token(const LockEntry *entry);
+
+static void
+show_holds_in(HTAB *table, bool lost)
+{
+	HASH_SEQ_STATUS status;
+	LockEntry  *entry;
+
+	if (table == NULL)
+		return;
+	hash_seq_init(&status, table);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		int			m;
+
+		for (m = 0; m < 2; m++)
+		{
+			HoldMode   *mode = &entry->modes[m];
+
+			if (hold_count(mode) > 0)
+				mode->shown = zksh_put_hold(mode->shown, entry->parent, m,
+											lost, mode->session_count,
+											mode->xact_count, mode->node.path,
+											lost ? mode->node.czxid :
+											entry_token(entry), mode->since);
+			else if (mode->shown != 0)
+			{
+				zksh_drop_hold(mode->shown);
+				mode->shown = 0;
+			}
+		}
+	}
+}
+
+/*
+ * Show this backend's holds to the rest of the server (zk_shared.c), after
+ * any change to them.  Writes shared memory only; never fails.
+ */
+static void
+show_holds(void)
+{
+	if (!zksh_enabled())
+		return;
+	show_holds_in(holds, false);
+	show_holds_in(lost_holds, true);
+}
+
 /*
  * A lock this backend has a node for already, in this mode: take one more
  * hold at no cost.  The node may be one kept only to hold our place while
@@ -203,6 +255,7 @@ zkh_add_if_held(const char *parent, bool shared, bool xact)
 		return false;
 	reserve_subids(mode, mode->xact_count + 1);
 	add_hold(mode, xact);
+	show_holds();
 	return true;
 }
 
@@ -298,12 +351,15 @@ zkh_acquire(const char *parent, const char *name, bool shared, bool xact,
 	PG_TRY();
 	{
 		reserve_subids(mode, mode->xact_count + 1);
+		zksh_wait_begin(parent, shared, xact);
 		result = zkr_acquire(parent, shared,
 							 has_node(other) ? other->node.path : NULL,
 							 data, wait, deadline, &mode->node, waited);
+		zksh_wait_end();
 	}
 	PG_CATCH();
 	{
+		zksh_wait_end();
 		mode->acquiring = false;
 		mode->node.path[0] = '\0';
 		settle(holds, entry);
@@ -320,6 +376,7 @@ zkh_acquire(const char *parent, const char *name, bool shared, bool xact,
 	}
 	else
 		settle(holds, entry);
+	show_holds();
 	return result;
 }
 
@@ -334,6 +391,7 @@ zkh_release_session_hold(const char *parent, bool shared, const char *name)
 	{
 		entry->modes[shared].session_count--;
 		settle(lost_holds, entry);
+		show_holds();
 		ereport(WARNING,
 				(errmsg("zklock \"%s\" was lost with the ZooKeeper session and is not held",
 						name),
@@ -351,6 +409,7 @@ zkh_release_session_hold(const char *parent, bool shared, const char *name)
 	}
 	entry->modes[shared].session_count--;
 	settle(holds, entry);
+	show_holds();
 	finish_releases(true);
 	return true;
 }
@@ -377,6 +436,7 @@ zkh_release_all_session_holds(void)
 {
 	release_all_session_holds_in(lost_holds);
 	release_all_session_holds_in(holds);
+	show_holds();
 	finish_releases(true);
 }
 
@@ -447,9 +507,13 @@ zkh_mark_all_lost(void)
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
 		if (is_held(entry))
+		{
 			append_name(&names, entry->name);
+			zksh_count(entry->parent, ZKSH_LOSSES, 1);
+		}
 		move_to_lost(entry);
 	}
+	show_holds();
 	zks_set_cancel_on_loss(false);
 	if (names.len > 0)
 		ereport(WARNING,
@@ -750,6 +814,7 @@ end_xact_holds(SubTransactionId subid, bool all)
 {
 	end_xact_holds_in(lost_holds, subid, all);
 	end_xact_holds_in(holds, subid, all);
+	show_holds();
 	finish_releases(zklock_synchronous_release);
 	update_cancel_on_loss();
 }

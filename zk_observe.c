@@ -15,6 +15,7 @@
 
 #include "funcapi.h"
 #include "mb/pg_wchar.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
@@ -22,11 +23,15 @@
 #include "zk_holds.h"
 #include "zk_queue.h"
 #include "zk_session.h"
+#include "zk_shared.h"
 #include "zklock.h"
 
 PG_FUNCTION_INFO_V1(zk_locks);
 PG_FUNCTION_INFO_V1(zk_lock_contenders);
+PG_FUNCTION_INFO_V1(zk_blockers);
 PG_FUNCTION_INFO_V1(zk_status);
+PG_FUNCTION_INFO_V1(zk_stat_locks);
+PG_FUNCTION_INFO_V1(zk_stat_locks_reset);
 
 static const char *
 session_state_name(void)
@@ -45,18 +50,75 @@ session_state_name(void)
 	return "unknown";
 }
 
+static bool
+is_valid_utf8(const char *data, int len)
+{
+	return pg_encoding_verifymbstr(PG_UTF8, data, len) == len;
+}
+
 /*
- * One row per lock, mode and scope this backend holds: hold count, state
- * (held, unsure while the session is disconnected, lost), node, fencing
- * token and since when.  A backend cannot run this while it waits, so no
- * row is ever "waiting": waits show in pg_stat_activity and in
- * zk_lock_contenders.
+ * A name kept in UTF-8 (zk_shared.c), in the database encoding; bytes
+ * that are not UTF-8 (a SQL_ASCII database's name) or that the encoding
+ * lacks are shown escaped.
+ */
+static Datum
+shown_name(const char *utf8)
+{
+	int			len = strlen(utf8);
+
+	return CStringGetTextDatum(zkl_convert_lossy(utf8, len,
+												 is_valid_utf8(utf8, len) ?
+												 PG_UTF8 : PG_SQL_ASCII,
+												 GetDatabaseEncoding(), true));
+}
+
+#define ZK_LOCKS_COLUMNS	11
+
+/* One row of zk_locks; scope NULL and holds 0 for a wait. */
+static void
+put_lock_row(ReturnSetInfo *rsinfo, int pid, Oid database, Datum name,
+			 bool shared, const char *scope, int count, const char *state,
+			 const char *node, int64 token, TimestampTz held_since,
+			 TimestampTz waiting_since)
+{
+	Datum		values[ZK_LOCKS_COLUMNS];
+	bool		nulls[ZK_LOCKS_COLUMNS] = {0};
+
+	values[0] = Int32GetDatum(pid);
+	values[1] = ObjectIdGetDatum(database);
+	values[2] = name;
+	values[3] = CStringGetTextDatum(shared ? "shared" : "exclusive");
+	values[4] = CStringGetTextDatum(scope);
+	values[5] = Int32GetDatum(count);
+	values[6] = CStringGetTextDatum(state);
+	if (node && node[0] != '\0')
+		values[7] = CStringGetTextDatum(node);
+	else
+		nulls[7] = true;
+	values[8] = Int64GetDatum(token);
+	nulls[8] = token == 0;
+	values[9] = TimestampTzGetDatum(held_since);
+	nulls[9] = held_since == 0;
+	values[10] = TimestampTzGetDatum(waiting_since);
+	nulls[10] = waiting_since == 0;
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/*
+ * One row per backend, lock, mode and scope held, and one per backend
+ * waiting, as pg_locks shows them: this backend's own holds from its table
+ * (with the live state of its session: held, unsure, lost), and, with
+ * zklock preloaded, every other backend's holds and waits from shared
+ * memory (held or lost, as that backend last knew).  A backend cannot run
+ * this while it waits, so its own rows never say "waiting".
  */
 Datum
 zk_locks(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	ZkHoldRow  *rows;
+	ZkshHold   *others;
+	ZkshWait   *waits;
 	int			n;
 	int			i;
 	const char *live_state;
@@ -75,22 +137,41 @@ zk_locks(PG_FUNCTION_ARGS)
 			live_state = "lost";
 			break;
 	}
+	for (i = 0; i < n; i++)
+		put_lock_row(rsinfo, MyProcPid, MyDatabaseId,
+					 CStringGetTextDatum(rows[i].name), rows[i].shared,
+					 rows[i].xact ? "transaction" : "session", rows[i].count,
+					 rows[i].lost ? "lost" : live_state, rows[i].node,
+					 rows[i].token, rows[i].since, 0);
 
+	n = zksh_holds(&others);
 	for (i = 0; i < n; i++)
 	{
-		Datum		values[8];
-		bool		nulls[8] = {0};
+		ZkshHold   *h = &others[i];
+		int			scope;
 
-		values[0] = CStringGetTextDatum(rows[i].name);
-		values[1] = CStringGetTextDatum(rows[i].shared ? "shared" : "exclusive");
-		values[2] = CStringGetTextDatum(rows[i].xact ? "transaction" : "session");
-		values[3] = Int32GetDatum(rows[i].count);
-		values[4] = CStringGetTextDatum(rows[i].lost ? "lost" : live_state);
-		values[5] = CStringGetTextDatum(rows[i].node);
-		values[6] = Int64GetDatum(rows[i].token);
-		values[7] = TimestampTzGetDatum(rows[i].since);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
-							 nulls);
+		if (h->pid == MyProcPid)
+			continue;
+		for (scope = 0; scope < 2; scope++)
+		{
+			int			count = scope ? h->xact_count : h->session_count;
+
+			if (count > 0)
+				put_lock_row(rsinfo, h->pid, h->database, shown_name(h->name),
+							 h->shared, scope ? "transaction" : "session",
+							 count, h->lost ? "lost" : "held", h->node,
+							 h->token, h->since, 0);
+		}
+	}
+	n = zksh_waits(&waits);
+	for (i = 0; i < n; i++)
+	{
+		ZkshWait   *w = &waits[i];
+
+		if (w->pid != MyProcPid)
+			put_lock_row(rsinfo, w->pid, w->database, shown_name(w->name),
+						 w->shared, w->xact ? "transaction" : "session", 0,
+						 "waiting", w->node, 0, 0, w->since);
 	}
 	PG_RETURN_VOID();
 }
@@ -106,12 +187,6 @@ client_of(const char *name, bool is_zklock)
 	if (strncmp(name, "_c_", 3) == 0)
 		return "curator";
 	return "unknown";
-}
-
-static bool
-is_valid_utf8(const char *data, int len)
-{
-	return pg_encoding_verifymbstr(PG_UTF8, data, len) == len;
 }
 
 /*
@@ -233,21 +308,42 @@ read_queue(const char *parent, TimestampTz deadline, Queue *q)
 				 errmsg("out of memory")));
 }
 
+/*
+ * Who made the contender at index i: its identity, parsed if a zklock
+ * backend made it (then *id is filled in and true is returned), else its
+ * raw data, in *shown either way.
+ */
+static bool
+identify(const Queue *q, int i, ZknIdentity *id, Datum *shown)
+{
+	const ZkqEntry *e = &q->entries[i];
+	const ZkRequest *read = q->reads[i];
+
+	if (strncmp(e->name, "_c_", 3) == 0 && read->data &&
+		is_valid_utf8(read->data, read->datalen) &&
+		zkn_parse_identity(read->data, read->datalen, id))
+	{
+		char	   *who = psprintf("pid %ld on %s:%ld, database %s, user %s, application %s",
+								   id->pid, id->host, id->port, id->database,
+								   id->user, id->application_name);
+
+		*shown = CStringGetTextDatum(data_as_text(who, strlen(who)));
+		return true;
+	}
+	*shown = CStringGetTextDatum(data_as_text(read->data, read->datalen));
+	return false;
+}
+
 /* One row of zk_lock_contenders: the contender at index i of the queue. */
 static void
 put_contender(ReturnSetInfo *rsinfo, const char *parent, const Queue *q,
 			  int i, int position)
 {
 	const ZkqEntry *e = &q->entries[i];
-	const ZkRequest *read = q->reads[i];
 	Datum		values[7];
 	bool		nulls[7] = {0};
 	ZknIdentity id;
-	bool		is_zklock;
-
-	is_zklock = strncmp(e->name, "_c_", 3) == 0 && read->data &&
-		is_valid_utf8(read->data, read->datalen) &&
-		zkn_parse_identity(read->data, read->datalen, &id);
+	bool		is_zklock = identify(q, i, &id, &values[5]);
 
 	values[0] = Int32GetDatum(position);
 	values[1] = CStringGetTextDatum(data_as_text(e->name, strlen(e->name)));
@@ -255,17 +351,7 @@ put_contender(ReturnSetInfo *rsinfo, const char *parent, const Queue *q,
 	/* This backend's own nodes never block each other. */
 	values[3] = BoolGetDatum(q->holds[i] || zkh_owns_node(parent, e->name));
 	values[4] = CStringGetTextDatum(client_of(e->name, is_zklock));
-	if (is_zklock)
-	{
-		char	   *who = psprintf("pid %ld on %s:%ld, database %s, user %s, application %s",
-								   id.pid, id.host, id.port, id.database,
-								   id.user, id.application_name);
-
-		values[5] = CStringGetTextDatum(data_as_text(who, strlen(who)));
-	}
-	else
-		values[5] = CStringGetTextDatum(data_as_text(read->data, read->datalen));
-	values[6] = Int64GetDatum(read->stat.czxid);
+	values[6] = Int64GetDatum(q->reads[i]->stat.czxid);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
@@ -303,6 +389,139 @@ zk_lock_contenders(PG_FUNCTION_ARGS)
 		release_queue(&q);
 	}
 	PG_END_TRY();
+	PG_RETURN_VOID();
+}
+
+static void
+require_shared_memory(const char *function)
+{
+	if (!zksh_enabled())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s needs zklock in shared_preload_libraries", function),
+				 errhint("Add zklock to shared_preload_libraries and restart the server.")));
+}
+
+/*
+ * In the spirit of pg_blocking_pids: for a backend of this server that
+ * waits for a zklock, every contender it waits for, read from the queue in
+ * ZooKeeper, with who made it (host, port and pid of a zklock backend
+ * anywhere; raw data for other clients) and whether it holds the lock now.
+ * No rows if that backend waits for none.
+ */
+Datum
+zk_blockers(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ZkshWait	wait;
+	char	   *parent;
+	TimestampTz deadline;
+	Queue		q = {0};
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("pid must not be null")));
+	require_shared_memory("zk_blockers");
+	InitMaterializedSRF(fcinfo, 0);
+	if (!zksh_wait_of(PG_GETARG_INT32(0), &wait) || wait.node[0] == '\0')
+		PG_RETURN_VOID();
+	parent = pnstrdup(wait.node, strrchr(wait.node, '/') - wait.node);
+
+	zkl_check_session();
+	zks_open();
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+										   zklock_connect_timeout);
+	PG_TRY();
+	{
+		const char *node = strrchr(wait.node, '/') + 1;
+		int		   *blockers;
+		int			nblockers = 0;
+		int			own = -1;
+		int			i;
+
+		read_queue(parent, deadline, &q);
+		for (i = 0; i < q.n; i++)
+			if (strcmp(q.entries[i].name, node) == 0)
+				own = i;
+		blockers = palloc(Max(q.n, 1) * sizeof(int));
+		if (own >= 0)
+			nblockers = zkq_blockers(q.entries, q.n, own,
+									 zkq_needs_czxid(q.entries, q.n),
+									 blockers);
+		if (nblockers < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("out of memory")));
+		for (i = 0; i < nblockers; i++)
+		{
+			const ZkqEntry *e = &q.entries[blockers[i]];
+			Datum		values[9];
+			bool		nulls[9] = {0};
+			ZknIdentity id;
+			bool		is_zklock = identify(&q, blockers[i], &id, &values[8]);
+
+			values[0] = shown_name(wait.name);
+			values[1] = CStringGetTextDatum(data_as_text(e->name, strlen(e->name)));
+			values[2] = CStringGetTextDatum(e->contender.shared ? "shared" : "exclusive");
+			values[3] = BoolGetDatum(q.holds[blockers[i]]);
+			values[4] = CStringGetTextDatum(client_of(e->name, is_zklock));
+			if (is_zklock)
+			{
+				values[5] = CStringGetTextDatum(data_as_text(id.host, strlen(id.host)));
+				values[6] = Int32GetDatum((int32) id.port);
+				values[7] = Int32GetDatum((int32) id.pid);
+			}
+			else
+				nulls[5] = nulls[6] = nulls[7] = true;
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
+								 nulls);
+		}
+	}
+	PG_FINALLY();
+	{
+		release_queue(&q);
+	}
+	PG_END_TRY();
+	PG_RETURN_VOID();
+}
+
+/* Server-wide statistics per lock name, in the style of pg_stat_*. */
+Datum
+zk_stat_locks(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ZkshStats  *stats;
+	int			n;
+	int			i;
+
+	require_shared_memory("zk_stat_locks");
+	InitMaterializedSRF(fcinfo, 0);
+	n = zksh_stats(&stats);
+	for (i = 0; i < n; i++)
+	{
+		int64	   *c = stats[i].counters;
+		Datum		values[8];
+		bool		nulls[8] = {0};
+
+		values[0] = shown_name(stats[i].name);
+		values[1] = Int64GetDatum(c[ZKSH_ACQUISITIONS]);
+		values[2] = Int64GetDatum(c[ZKSH_WAITS]);
+		values[3] = Float8GetDatum(c[ZKSH_WAIT_TIME_US] / 1000.0);
+		values[4] = Int64GetDatum(c[ZKSH_TIMEOUTS]);
+		values[5] = Int64GetDatum(c[ZKSH_CANCELLATIONS]);
+		values[6] = Int64GetDatum(c[ZKSH_DEADLOCKS]);
+		values[7] = Int64GetDatum(c[ZKSH_LOSSES]);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	PG_RETURN_VOID();
+}
+
+Datum
+zk_stat_locks_reset(PG_FUNCTION_ARGS)
+{
+	require_shared_memory("zk_stat_locks_reset");
+	zksh_reset_stats();
 	PG_RETURN_VOID();
 }
 

@@ -44,6 +44,7 @@
 #include "zk_queue.h"
 #include "zk_recipe.h"
 #include "zk_session.h"
+#include "zk_shared.h"
 
 /* Ancestors of a lock parent that we may have to create. */
 #define MAX_PATH_DEPTH		32
@@ -351,6 +352,7 @@ create_node(Acquisition *acq)
 					sizeof(acq->node->path));
 			acq->node->czxid = acq->create->stat.czxid;
 			release_request(&acq->create);
+			zksh_wait_node(acq->node->path);
 			return true;
 		}
 		release_request(&acq->create);
@@ -373,6 +375,7 @@ create_node(Acquisition *acq)
 			switch (find_own_node(acq))
 			{
 				case SEARCH_FOUND:
+					zksh_wait_node(acq->node->path);
 					return true;
 				case SEARCH_TIMED_OUT:
 					return false;

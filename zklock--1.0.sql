@@ -96,8 +96,12 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 -- Seeing who holds what.
 
--- This backend's locks, in the spirit of pg_locks.
+-- Every backend's zklocks, held and waited for, in the spirit of pg_locks:
+-- the calling backend's own, and with zklock in shared_preload_libraries
+-- every other backend's of this server.
 CREATE FUNCTION zk_locks(
+    OUT pid integer,
+    OUT database oid,
     OUT name text,
     OUT mode text,
     OUT scope text,
@@ -105,12 +109,58 @@ CREATE FUNCTION zk_locks(
     OUT state text,
     OUT node text,
     OUT token bigint,
-    OUT held_since timestamptz)
+    OUT held_since timestamptz,
+    OUT waiting_since timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'zk_locks'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-CREATE VIEW zk_locks AS SELECT * FROM zk_locks();
+CREATE VIEW zk_locks AS
+SELECT l.pid, d.datname AS database, l.name, l.mode, l.scope, l.holds,
+       l.state, l.node, l.token, l.held_since, l.waiting_since
+FROM zk_locks() l LEFT JOIN pg_catalog.pg_database d ON d.oid = l.database;
+
+-- Who holds what a waiting backend of this server waits for, in the spirit
+-- of pg_blocking_pids(): the contenders ahead of it in ZooKeeper, from any
+-- client.  Needs zklock in shared_preload_libraries.
+CREATE FUNCTION zk_blockers(
+    waiter integer,
+    OUT name text,
+    OUT node text,
+    OUT mode text,
+    OUT holds boolean,
+    OUT client text,
+    OUT host text,
+    OUT port integer,
+    OUT pid integer,
+    OUT identity text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'zk_blockers'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- Server-wide statistics per lock name, in the style of pg_stat_*.  Needs
+-- zklock in shared_preload_libraries.
+CREATE FUNCTION zk_stat_locks(
+    OUT name text,
+    OUT acquisitions bigint,
+    OUT waits bigint,
+    OUT wait_time_ms double precision,
+    OUT timeouts bigint,
+    OUT cancellations bigint,
+    OUT deadlocks bigint,
+    OUT losses bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'zk_stat_locks'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE VIEW zk_stat_locks AS SELECT * FROM zk_stat_locks();
+
+CREATE FUNCTION zk_stat_locks_reset()
+RETURNS void
+AS 'MODULE_PATHNAME', 'zk_stat_locks_reset'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE ALL ON FUNCTION zk_stat_locks_reset() FROM PUBLIC;
 
 -- The whole queue for a lock name, across every client of the ensemble.
 CREATE FUNCTION zk_lock_contenders(

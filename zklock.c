@@ -52,6 +52,7 @@
 #include "zk_deadlock.h"
 #include "zk_holds.h"
 #include "zk_session.h"
+#include "zk_shared.h"
 #include "zklock.h"
 
 PG_MODULE_MAGIC;
@@ -245,7 +246,9 @@ _PG_init(void)
 							 0,
 							 NULL, NULL, NULL);
 	zkd_define_settings();
+	zksh_define_settings();
 	MarkGUCPrefixReserved("zklock");
+	zksh_request_shmem();
 
 	RegisterXactCallback(zkh_xact_callback, NULL);
 	RegisterSubXactCallback(zkh_subxact_callback, NULL);
@@ -537,8 +540,12 @@ wait_for_grant(const char *parent, const char *name, bool shared, bool xact,
 
 	if (waited)
 	{
+		int64		wait_time_us = GetCurrentTimestamp() - start;
+
 		zk_stats.waits++;
-		zk_stats.wait_time_us += GetCurrentTimestamp() - start;
+		zk_stats.wait_time_us += wait_time_us;
+		zksh_count(parent, ZKSH_WAITS, 1);
+		zksh_count(parent, ZKSH_WAIT_TIME_US, wait_time_us);
 	}
 	if (result == ZKR_TIMED_OUT && !wait)
 		ereport(ERROR,
@@ -546,7 +553,10 @@ wait_for_grant(const char *parent, const char *name, bool shared, bool xact,
 				 errmsg("ZooKeeper did not answer within %d ms", zklock_connect_timeout),
 				 errhint("Check that the ensemble is reachable, or raise zklock.connect_timeout.")));
 	if (result == ZKR_TIMED_OUT)
+	{
 		zk_stats.timeouts++;
+		zksh_count(parent, ZKSH_TIMEOUTS, 1);
+	}
 	return result == ZKR_GRANTED;
 }
 
@@ -598,6 +608,7 @@ acquire(FunctionCallInfo fcinfo, bool shared, bool xact, bool try_only,
 	if (zkh_add_if_held(parent, shared, xact))
 	{
 		zk_stats.acquisitions++;
+		zksh_count(parent, ZKSH_ACQUISITIONS, 1);
 		return true;
 	}
 
@@ -613,13 +624,17 @@ acquire(FunctionCallInfo fcinfo, bool shared, bool xact, bool try_only,
 		disable_timeout(LOCK_TIMEOUT, false);
 		end_waiting(saved_title);
 		zk_stats.cancellations++;
+		zksh_count(parent, ZKSH_CANCELLATIONS, 1);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 
 	end_waiting(saved_title);
 	if (granted)
+	{
 		zk_stats.acquisitions++;
+		zksh_count(parent, ZKSH_ACQUISITIONS, 1);
+	}
 	return granted;
 }
 

@@ -327,7 +327,7 @@ SELECT zk_lock('both_modes');
 SELECT zk_unlock_all();
 SELECT other_try('both_modes') AS unlock_all_ends_shared_holds_too;
 
--- zk_locks: this backend's locks.
+-- zk_locks: this backend's locks (other backends' are shown too, below).
 SELECT zk_lock('v1');
 SELECT zk_lock('v1');
 SELECT zk_lock_shared('v2');
@@ -336,10 +336,18 @@ SELECT zk_xact_lock('v1');
 SELECT name, mode, scope, holds, state,
        node ~ ('^/zklock_regress/' || name || '/_c_[0-9a-f-]{36}-(read-)?lock-[0-9]{10}$') AS node_ok,
        token > 0 AS has_token, held_since <= now() AS since_ok
-FROM zk_locks ORDER BY name, mode, scope;
+FROM zk_locks WHERE pid = pg_backend_pid() ORDER BY name, mode, scope;
 COMMIT;
 SELECT zk_unlock_all();
-SELECT count(*) AS locks_left FROM zk_locks;
+SELECT count(*) AS locks_left FROM zk_locks WHERE pid = pg_backend_pid();
+
+-- With zklock preloaded, zk_locks shows every backend of the server.
+SELECT other_query($$SELECT zk_lock('seen')::text$$);
+SELECT name, mode, scope, holds, state, pid <> pg_backend_pid() AS other_backend,
+       database = current_database() AS same_database, token > 0 AS has_token
+FROM zk_locks WHERE name = 'seen';
+SELECT other_query($$SELECT zk_unlock('seen')::text$$);
+SELECT count(*) AS seen_left FROM zk_locks WHERE name = 'seen';
 
 -- zk_lock_contenders: the queue across every client.  The other backend
 -- waits asynchronously behind us.

@@ -145,10 +145,11 @@ for my $case ([ 'exclusive then shared', 'own_xs', '', '_shared' ],
 }
 
 # Two backends that hold a name shared both upgrade: they wait for each
-# other, as with advisory locks, until one's lock_timeout ends its wait.  A
-# reader queued behind a writer that gives up meanwhile waits only for the
-# two upgrades; it queues again behind them rather than watch one of them,
-# which could end up waiting for it.
+# other, and, as with advisory locks, the deadlock check ends the younger
+# wait with "deadlock detected".  A reader queued behind a writer that
+# gives up meanwhile waits only for the two upgrades; it queues again
+# behind them rather than watch one of them, which could end up waiting
+# for it.
 {
 	my $a = zk_session($east);
 	my $b = zk_session($west);
@@ -164,13 +165,13 @@ for my $case ([ 'exclusive then shared', 'own_xs', '', '_shared' ],
 	ok(zk_wait_contenders("$root/two_up", 4), 'two upgrades: with a node');
 	send_query($b, "SELECT 'b upgraded' FROM zk_lock('two_up');");
 	ok(wait_for_zk_wait($west, $b->{zk_pid}), 'two upgrades: one backend upgrades and waits');
-	send_query($a, "SET lock_timeout = '3s'; SELECT zk_lock('two_up');");
+	send_query($a, "SELECT zk_lock('two_up');");
 	ok(wait_for_zk_wait($east, $a->{zk_pid}), 'two upgrades: and so does the other');
 	$west->safe_psql('postgres', "SELECT pg_cancel_backend($w->{zk_pid})");
 	ok(await_output($w, qr/canceling statement due to user request/),
 		'two upgrades: the writer between is cancelled');
-	ok(await_output($a, qr/canceling statement due to lock timeout/),
-		'two upgrades: lock_timeout ends one upgrade');
+	ok(await_output($a, qr/ERROR:  deadlock detected/),
+		'two upgrades: the deadlock check ends the younger upgrade');
 	run_sql($a, "SELECT zk_unlock_shared('two_up')");
 	ok(await_output($b, qr/b upgraded/),
 		'two upgrades: the other is granted once the first lets its shared hold go');

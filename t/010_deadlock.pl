@@ -36,7 +36,7 @@ sub published_waits
 }
 
 # Pump the sessions until $done says so or $timeout seconds pass.
-sub pump_until
+sub pump_sessions
 {
 	my ($timeout, $done, @sessions) = @_;
 	my $deadline = time + $timeout;
@@ -61,8 +61,8 @@ sub deadlocked
 sub victims
 {
 	my ($timeout, @sessions) = @_;
-	pump_until($timeout, sub { grep { deadlocked($_) } @sessions }, @sessions);
-	pump_until(3, sub { 0 }, @sessions);
+	pump_sessions($timeout, sub { grep { deadlocked($_) } @sessions }, @sessions);
+	pump_sessions(3, sub { 0 }, @sessions);
 	return grep { deadlocked($_) } @sessions;
 }
 
@@ -151,10 +151,10 @@ sub clear
 	# last one does.
 	my $first = ($victim + 2) % 3;
 	my $last = ($victim + 1) % 3;
-	ok(pump_until(10, sub { $s[$first]->{stdout} =~ /granted $first/ }, @s),
+	ok(pump_sessions(10, sub { $s[$first]->{stdout} =~ /granted $first/ }, @s),
 		'the backend waiting for the victim is granted');
 	run_sql($s[$first], 'COMMIT');
-	ok(pump_until(10, sub { $s[$last]->{stdout} =~ /granted $last/ }, @s),
+	ok(pump_sessions(10, sub { $s[$last]->{stdout} =~ /granted $last/ }, @s),
 		'then the last one');
 	run_sql($_, 'ROLLBACK') for @s;
 	$_->quit for @s;
@@ -179,7 +179,7 @@ sub clear
 	clear($a, $b);
 	my ($out) = run_sql($victim, "SELECT zk_unlock('$held')");
 	is($out, 't', 'the victim unlocks it');
-	ok(pump_until(10, sub { $survivor->{stdout} =~ /granted/ }, $survivor),
+	ok(pump_sessions(10, sub { $survivor->{stdout} =~ /granted/ }, $survivor),
 		'and the other proceeds');
 	run_sql($_, 'SELECT zk_unlock_all()') for ($a, $b);
 	$_->quit for ($a, $b);
@@ -200,7 +200,7 @@ sub clear
 	like($victim->{stderr}, qr/waits for shared zklock "mixed_y"/,
 		'the DETAIL gives the mode of each wait');
 	my ($survivor) = grep { $_ != $victim } ($a, $b);
-	ok(pump_until(10, sub { $survivor->{stdout} =~ /: true/ }, $survivor),
+	ok(pump_sessions(10, sub { $survivor->{stdout} =~ /: true/ }, $survivor),
 		'the survivor\'s timed wait is granted');
 	run_sql($_, 'ROLLBACK') for ($a, $b);
 	$_->quit for ($a, $b);
@@ -230,7 +230,7 @@ sub clear
 	send_query($w, "SELECT 'w granted' FROM zk_lock('long_wait');");
 	send_query($c, "SELECT 'c granted' FROM zk_lock('chain_2');");
 	ok(wait_for_zk_wait($east, $c->{zk_pid}), 'a chain of two waits');
-	ok(!pump_until(4, sub { ($w->{stderr} . $c->{stderr}) =~ /ERROR/ }, $w, $c),
+	ok(!pump_sessions(4, sub { ($w->{stderr} . $c->{stderr}) =~ /ERROR/ }, $w, $c),
 		'a chain that ends at a working holder raises nothing');
 	run_sql($h, "SELECT zk_unlock('long_wait')");
 	ok(await_output($w, qr/w granted/), 'once the holder is done, the chain moves');
@@ -269,7 +269,7 @@ sub clear
 	is_deeply([ grep { $_ eq $a->{wait_node} || $_ eq $b->{wait_node} } published_waits() ],
 		[], 'and neither wait is published');
 	$east->safe_psql('postgres', "SELECT pg_cancel_backend($a->{zk_pid})");
-	ok(pump_until(10, sub { $b->{stdout} =~ /b granted/ }, $a, $b),
+	ok(pump_sessions(10, sub { $b->{stdout} =~ /b granted/ }, $a, $b),
 		'a cancel ends it');
 	run_sql($_, 'ROLLBACK') for ($a, $b);
 	is_deeply([ zk_lock_nodes($root) ], [], 'no lock node left, with the sessions open');

@@ -21,12 +21,14 @@ my $hosts = $ENV{ZKLOCK_TEST_HOSTS}
   or die "ZKLOCK_TEST_HOSTS is not set: run the suites with scripts/test-all";
 my $src = $ENV{ZKLOCK_SRC} or die "ZKLOCK_SRC is not set";
 
-# A started cluster with zklock created, using its own lock root so tests
-# do not see each other's nodes.
+# A started cluster with zklock preloaded and created, using its own lock
+# root so tests do not see each other's nodes.  %conf adds settings, or
+# overrides these (shared_preload_libraries => "''" for none).
 sub zk_cluster
 {
 	my ($name, $root, %conf) = @_;
 	my $node = PostgreSQL::Test::Cluster->new($name);
+	%conf = (shared_preload_libraries => "'zklock'", %conf);
 	$node->init;
 	$node->append_conf('postgresql.conf', "zklock.hosts = '$hosts'\n"
 		  . "zklock.root = '$root'\n"

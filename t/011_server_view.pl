@@ -1,0 +1,161 @@
+# The server-wide view: with zklock preloaded, zk_locks shows every backend's
+# holds and waits, zk_blockers names who blocks a waiter (from any cluster),
+# zk_stat_locks adds up every backend's counters; without preloading, each
+# backend sees only itself.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use ZkTest;
+
+my $root = '/zklock_t011';
+my $east = zk_cluster('east', $root);
+my $west = zk_cluster('west', $root);
+my ($out, $err);
+
+sub query
+{
+	my ($node, $sql) = @_;
+	return $node->safe_psql('postgres', $sql);
+}
+
+# --- holds and waits of other backends -------------------------------------
+my $h = zk_session($east);
+my $w = zk_session($east);
+run_sql($h, "SELECT zk_lock('view_x'); SELECT zk_lock('view_x'); BEGIN; SELECT zk_xact_lock_shared('view_y')");
+send_query($w, "SELECT 'w granted' FROM zk_lock('view_x');");
+ok(wait_for_zk_wait($east, $w->{zk_pid}), 'a backend waits for a lock another holds');
+ok(wait_until('the waiting node to be shown',
+		sub { query($east, "SELECT count(*) FROM zk_locks WHERE pid = $w->{zk_pid} AND node IS NOT NULL") eq '1' }),
+	'the waiter shows its node once it has one');
+
+is(query($east, "SELECT name, mode, scope, holds, state, database, token > 0, held_since IS NOT NULL
+	FROM zk_locks WHERE pid = $h->{zk_pid} ORDER BY name, scope"),
+	"view_x|exclusive|session|2|held|postgres|t|t\nview_y|shared|transaction|1|held|postgres|t|t",
+	'a third backend sees the holder\'s locks, with its pid and database');
+is(query($east, "SELECT name, mode, scope, holds, state, waiting_since IS NOT NULL, held_since IS NULL,
+	node LIKE '$root/view_x/_c_%-lock-%'
+	FROM zk_locks WHERE pid = $w->{zk_pid}"),
+	'view_x|exclusive|session|0|waiting|t|t|t',
+	'and the waiter, as waiting, since when, with its node');
+
+my $east_port = $east->port;
+is(query($east, "SELECT name, mode, holds, client, port, pid, host IS NOT NULL, identity LIKE 'pid $h->{zk_pid} on %'
+	FROM zk_blockers($w->{zk_pid})"),
+	"view_x|exclusive|t|zklock|$east_port|$h->{zk_pid}|t|t",
+	'zk_blockers names the holder');
+is(query($east, "SELECT count(*) FROM zk_blockers($h->{zk_pid})"), '0',
+	'a backend that does not wait has no blockers');
+
+run_sql($h, "SELECT zk_unlock('view_x'); SELECT zk_unlock('view_x')");
+ok(await_output($w, qr/w granted/), 'the waiter is granted');
+is(query($east, "SELECT state, holds FROM zk_locks WHERE pid = $w->{zk_pid}"), 'held|1',
+	'and shows as holding');
+run_sql($h, 'COMMIT');
+is(query($east, "SELECT count(*) FROM zk_locks WHERE pid = $h->{zk_pid}"), '0',
+	'released holds are no longer shown');
+$w->quit;
+ok(wait_until('the exited backend\'s rows to go',
+		sub { query($east, "SELECT count(*) FROM zk_locks WHERE pid = $w->{zk_pid}") eq '0' }),
+	'nor are an exited backend\'s');
+
+# --- a blocker on another cluster --------------------------------------------
+{
+	my $far = zk_session($west);
+	my $near = zk_session($east);
+	run_sql($far, "SELECT zk_lock('view_far')");
+	send_query($near, "SELECT 'near granted' FROM zk_lock('view_far');");
+	ok(wait_for_zk_wait($east, $near->{zk_pid}), 'a backend waits for a lock held on another cluster');
+	my $west_port = $west->port;
+	ok(wait_until('the waiter to show its node',
+			sub { query($east, "SELECT count(*) FROM zk_blockers($near->{zk_pid})") eq '1' }),
+		'zk_blockers sees the queue');
+	is(query($east, "SELECT port, pid, holds FROM zk_blockers($near->{zk_pid})"),
+		"$west_port|$far->{zk_pid}|t",
+		'and names the holder on the other cluster, by port and pid');
+	run_sql($far, "SELECT zk_unlock('view_far')");
+	ok(await_output($near, qr/near granted/), 'the waiter is granted');
+	run_sql($near, "SELECT zk_unlock('view_far')");
+	$_->quit for ($far, $near);
+}
+
+# --- counters add up across backends ---------------------------------------
+{
+	query($east, 'SELECT zk_stat_locks_reset()');
+	is(query($east, 'SELECT count(*) FROM zk_stat_locks'), '0', 'zk_stat_locks_reset empties the statistics');
+	my @s = map { zk_session($east) } 1 .. 3;
+	for my $s (@s)
+	{
+		run_sql($s, "SELECT zk_lock('counted'), zk_unlock('counted')") for 1 .. 4;
+	}
+	run_sql($s[0], "SELECT zk_lock('counted')");
+	run_sql($s[1], "SELECT zk_lock('counted', '1s')");
+	send_query($s[2], "SELECT 'third granted' FROM zk_lock('counted');");
+	ok(wait_for_zk_wait($east, $s[2]->{zk_pid}), 'a third backend waits');
+	run_sql($s[0], "SELECT zk_unlock('counted')");
+	ok(await_output($s[2], qr/third granted/), 'and is granted');
+	run_sql($s[2], "SELECT zk_unlock('counted')");
+
+	my $backend_sum = 0;
+	for my $s (@s)
+	{
+		($out) = run_sql($s, 'SELECT acquisitions FROM zk_status()');
+		$backend_sum += $out;
+	}
+	is(query($east, "SELECT acquisitions, waits, timeouts, wait_time_ms > 0 FROM zk_stat_locks WHERE name = 'counted'"),
+		"$backend_sum|2|1|t",
+		'zk_stat_locks adds up every backend\'s acquisitions, waits and timeouts');
+	is($backend_sum, 14, 'fourteen acquisitions in all');
+	is(query($west, "SELECT count(*) FROM zk_stat_locks WHERE name = 'counted'"), '0',
+		'statistics are per server');
+	$_->quit for @s;
+
+	my $unprivileged = $east->psql('postgres', "SET ROLE pg_monitor; SELECT zk_stat_locks_reset()");
+	isnt($unprivileged, 0, 'only privileged roles may reset them');
+}
+
+# --- more holds than slots -----------------------------------------------------
+{
+	my $small = zk_cluster('small', $root, 'zklock.max_shown_holds' => 16);
+	my $s = zk_session($small);
+	($out, $err) = run_sql($s,
+		"SELECT count(*) FROM generate_series(1, 20) i, LATERAL zk_lock('slot_' || i)");
+	is($out, '20', 'a backend takes more locks than there are slots');
+	like($err, qr/WARNING:  zklock has no room left in shared memory for zklock.max_shown_holds/,
+		'with a WARNING');
+	my $warnings = () = $err =~ /no room left/g;
+	is($warnings, 1, 'just once');
+	is(query($small, "SELECT count(*) FROM zk_locks WHERE pid = $s->{zk_pid}"), '16',
+		'the other backends see what fits');
+	is(query($east, "SELECT count(*) FROM generate_series(1, 20) i WHERE zk_try_lock('slot_' || i)"), '0',
+		'and every lock is held all the same');
+	run_sql($s, 'SELECT zk_unlock_all()');
+	$s->quit;
+	$small->stop;
+}
+
+# --- without preloading ----------------------------------------------------------
+{
+	my $plain = zk_cluster('plain', $root, shared_preload_libraries => "''");
+	my $a = zk_session($plain);
+	run_sql($a, "SELECT zk_lock('plain_x')");
+	is(query($plain, "SELECT count(*) FROM zk_locks"), '0',
+		'without preloading, zk_locks shows no other backend\'s locks');
+	($out) = run_sql($a, "SELECT name, pid = pg_backend_pid() FROM zk_locks");
+	is($out, 'plain_x|t', 'but each backend sees its own');
+	my ($rc, $stdout, $stderr) = $plain->psql('postgres', 'SELECT * FROM zk_blockers(1)');
+	like($stderr, qr/zk_blockers needs zklock in shared_preload_libraries/,
+		'zk_blockers says it needs preloading');
+	($rc, $stdout, $stderr) = $plain->psql('postgres', 'SELECT * FROM zk_stat_locks');
+	like($stderr, qr/zk_stat_locks needs zklock in shared_preload_libraries/,
+		'and so does zk_stat_locks');
+	run_sql($a, 'SELECT zk_unlock_all()');
+	$a->quit;
+}
+
+$h->quit;
+is_deeply([ zk_lock_nodes($root) ], [], 'no lock node left');
+
+done_testing();

@@ -1,0 +1,470 @@
+/*-------------------------------------------------------------------------
+ *
+ * zk_shared.c
+ *	  What each backend shows the rest of its server in shared memory: its
+ *	  zklock holds, its current wait, and per-lock statistics.
+ *
+ * Only with zklock in shared_preload_libraries: the memory is sized at
+ * server start from zklock.max_shown_holds (hold slots, one per backend,
+ * lock name and mode) and zklock.max_tracked_names (lock names whose
+ * statistics are kept), plus one wait slot per possible backend.  Without
+ * it every function here does nothing, and the views show the calling
+ * backend alone.
+ *
+ * Publishing costs no ZooKeeper request: a backend writes its own slots
+ * under one LWLock when its holds change (zk_holds.c), when it starts and
+ * ends a wait (zk_holds.c, zk_recipe.c), and counts into the statistics
+ * (zklock.c and the others) under the same lock, held shared, plus a
+ * spinlock per name.  When a slot cannot be had (all in use, or too many
+ * names tracked), what it would have shown is not shown, with one WARNING
+ * per backend; a lock call never fails for it.
+ *
+ * Names are kept in UTF-8, as ZooKeeper has them (decoded from the lock's
+ * parent path), and shown in each reader's database encoding.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/timestamp.h"
+
+#include "zk_shared.h"
+
+static int	max_shown_holds = 1000;
+static int	max_tracked_names = 1000;
+
+typedef struct StatKey
+{
+	char		name[ZKN_NAME_MAX + 1];
+} StatKey;
+
+typedef struct StatEntry
+{
+	StatKey		key;			/* hash key: zero-padded UTF-8 name */
+	slock_t		mutex;			/* protects the counters */
+	int64		counters[ZKSH_NCOUNTERS];
+} StatEntry;
+
+typedef struct SharedState
+{
+	LWLock	   *lock;
+	int			nholds;
+	int			nwaits;
+	ZkshHold   *holds;			/* pid 0: free */
+	ZkshWait   *waits;			/* pid 0: free */
+} SharedState;
+
+static SharedState *state = NULL;
+static HTAB *stats = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* This backend's wait slot (index + 1; 0: none yet). */
+static int	my_wait = 0;
+static bool exit_callback_registered = false;
+static bool warned_full = false;
+
+/*
+ * Settings that size the shared memory; only when zklock is preloaded, as
+ * a server-start setting cannot be defined later.
+ */
+void
+zksh_define_settings(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	DefineCustomIntVariable("zklock.max_shown_holds",
+							"Sets how many zklock holds the server-wide zk_locks view can show.",
+							"One per backend, lock name and mode.  Takes effect at server start, with zklock in shared_preload_libraries.",
+							&max_shown_holds,
+							1000, 16, INT_MAX / 2,
+							PGC_POSTMASTER,
+							0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("zklock.max_tracked_names",
+							"Sets how many lock names zk_stat_locks keeps statistics for.",
+							"Takes effect at server start, with zklock in shared_preload_libraries.",
+							&max_tracked_names,
+							1000, 16, INT_MAX / 2,
+							PGC_POSTMASTER,
+							0,
+							NULL, NULL, NULL);
+}
+
+static Size
+shared_size(void)
+{
+	Size		size = MAXALIGN(sizeof(SharedState));
+
+	size = add_size(size, mul_size(max_shown_holds, sizeof(ZkshHold)));
+	size = add_size(size, mul_size(MaxBackends, sizeof(ZkshWait)));
+	return add_size(size, hash_estimate_size(max_tracked_names,
+											 sizeof(StatEntry)));
+}
+
+static void
+request_shmem(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(shared_size());
+	RequestNamedLWLockTranche("zklock", 1);
+}
+
+static void
+startup_shmem(void)
+{
+	bool		found;
+	HASHCTL		ctl;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	state = ShmemInitStruct("zklock", MAXALIGN(sizeof(SharedState)) +
+							mul_size(max_shown_holds, sizeof(ZkshHold)) +
+							mul_size(MaxBackends, sizeof(ZkshWait)),
+							&found);
+	if (!found)
+	{
+		char	   *next = (char *) state + MAXALIGN(sizeof(SharedState));
+
+		state->lock = &(GetNamedLWLockTranche("zklock"))->lock;
+		state->nholds = max_shown_holds;
+		state->nwaits = MaxBackends;
+		state->holds = (ZkshHold *) next;
+		state->waits = (ZkshWait *) (next + max_shown_holds * sizeof(ZkshHold));
+		memset(state->holds, 0, max_shown_holds * sizeof(ZkshHold));
+		memset(state->waits, 0, MaxBackends * sizeof(ZkshWait));
+	}
+	ctl.keysize = sizeof(StatKey);
+	ctl.entrysize = sizeof(StatEntry);
+	stats = ShmemInitHash("zklock statistics", max_tracked_names,
+						  max_tracked_names, &ctl, HASH_ELEM | HASH_BLOBS);
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* From _PG_init: ask for the memory, when loaded at server start. */
+void
+zksh_request_shmem(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = request_shmem;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = startup_shmem;
+}
+
+bool
+zksh_enabled(void)
+{
+	return state != NULL;
+}
+
+/* The lock name a parent path stands for, in UTF-8 (raw if undecodable). */
+void
+zksh_name_of(const char *parent, char name[ZKN_NAME_MAX + 1])
+{
+	const char *last = strrchr(parent, '/') + 1;
+	size_t		len;
+
+	if (!zkn_decode_name(last, name, ZKN_NAME_MAX + 1, &len))
+		strlcpy(name, last, ZKN_NAME_MAX + 1);
+}
+
+static void
+warn_full(const char *what)
+{
+	if (warned_full)
+		return;
+	warned_full = true;
+	ereport(WARNING,
+			(errmsg("zklock has no room left in shared memory for %s", what),
+			 errdetail("What does not fit is not shown server-wide; locking is not affected."),
+			 errhint("Raise zklock.max_shown_holds or zklock.max_tracked_names and restart the server.")));
+}
+
+/* Free every slot of this backend as it exits. */
+static void
+drop_all_at_exit(int code, Datum arg)
+{
+	int			i;
+
+	LWLockAcquire(state->lock, LW_EXCLUSIVE);
+	for (i = 0; i < state->nholds; i++)
+		if (state->holds[i].pid == MyProcPid)
+			state->holds[i].pid = 0;
+	if (my_wait > 0)
+		state->waits[my_wait - 1].pid = 0;
+	LWLockRelease(state->lock);
+	my_wait = 0;
+}
+
+static void
+register_exit_callback(void)
+{
+	if (exit_callback_registered)
+		return;
+	before_shmem_exit(drop_all_at_exit, (Datum) 0);
+	exit_callback_registered = true;
+}
+
+/*
+ * Show one hold: in slot (index + 1), or in a free slot if slot is 0.
+ * Returns the slot used, or 0 if none was free.
+ */
+int
+zksh_put_hold(int slot, const char *parent, bool shared, bool lost,
+			  int session_count, int xact_count, const char *node,
+			  int64 token, TimestampTz since)
+{
+	ZkshHold   *h;
+
+	if (state == NULL)
+		return 0;
+	register_exit_callback();
+	LWLockAcquire(state->lock, LW_EXCLUSIVE);
+	if (slot == 0)
+	{
+		int			i;
+
+		for (i = 0; i < state->nholds && slot == 0; i++)
+			if (state->holds[i].pid == 0)
+				slot = i + 1;
+	}
+	if (slot == 0)
+	{
+		LWLockRelease(state->lock);
+		warn_full("zklock.max_shown_holds");
+		return 0;
+	}
+	h = &state->holds[slot - 1];
+	h->pid = MyProcPid;
+	h->database = MyDatabaseId;
+	zksh_name_of(parent, h->name);
+	h->shared = shared;
+	h->lost = lost;
+	h->session_count = session_count;
+	h->xact_count = xact_count;
+	strlcpy(h->node, node, sizeof(h->node));
+	h->token = token;
+	h->since = since;
+	LWLockRelease(state->lock);
+	return slot;
+}
+
+void
+zksh_drop_hold(int slot)
+{
+	if (state == NULL || slot == 0)
+		return;
+	LWLockAcquire(state->lock, LW_EXCLUSIVE);
+	state->holds[slot - 1].pid = 0;
+	LWLockRelease(state->lock);
+}
+
+/* Show that this backend waits for a lock (node not made yet). */
+void
+zksh_wait_begin(const char *parent, bool shared, bool xact)
+{
+	ZkshWait   *w;
+
+	if (state == NULL)
+		return;
+	register_exit_callback();
+	LWLockAcquire(state->lock, LW_EXCLUSIVE);
+	if (my_wait == 0)
+	{
+		int			i;
+
+		for (i = 0; i < state->nwaits && my_wait == 0; i++)
+			if (state->waits[i].pid == 0)
+				my_wait = i + 1;
+	}
+	if (my_wait > 0)
+	{
+		w = &state->waits[my_wait - 1];
+		w->pid = MyProcPid;
+		w->database = MyDatabaseId;
+		zksh_name_of(parent, w->name);
+		w->shared = shared;
+		w->xact = xact;
+		w->since = GetCurrentTimestamp();
+		w->node[0] = '\0';
+	}
+	LWLockRelease(state->lock);
+}
+
+/* The node this backend now waits with. */
+void
+zksh_wait_node(const char *node)
+{
+	if (state == NULL || my_wait == 0)
+		return;
+	LWLockAcquire(state->lock, LW_EXCLUSIVE);
+	if (state->waits[my_wait - 1].since != 0)
+		strlcpy(state->waits[my_wait - 1].node, node,
+				sizeof(state->waits[my_wait - 1].node));
+	LWLockRelease(state->lock);
+}
+
+void
+zksh_wait_end(void)
+{
+	if (state == NULL || my_wait == 0)
+		return;
+	LWLockAcquire(state->lock, LW_EXCLUSIVE);
+	state->waits[my_wait - 1].since = 0;
+	state->waits[my_wait - 1].node[0] = '\0';
+	LWLockRelease(state->lock);
+}
+
+/* Add amount to one statistic of the lock under parent. */
+void
+zksh_count(const char *parent, ZkshCounter counter, int64 amount)
+{
+	StatKey		key;
+	StatEntry  *entry;
+
+	if (state == NULL)
+		return;
+	memset(&key, 0, sizeof(key));
+	zksh_name_of(parent, key.name);
+	LWLockAcquire(state->lock, LW_SHARED);
+	entry = hash_search(stats, &key, HASH_FIND, NULL);
+	if (entry == NULL)
+	{
+		bool		found;
+
+		LWLockRelease(state->lock);
+		LWLockAcquire(state->lock, LW_EXCLUSIVE);
+		entry = hash_search(stats, &key, HASH_ENTER_NULL, &found);
+		if (entry == NULL)
+		{
+			LWLockRelease(state->lock);
+			warn_full("zklock.max_tracked_names");
+			return;
+		}
+		if (!found)
+		{
+			SpinLockInit(&entry->mutex);
+			memset(entry->counters, 0, sizeof(entry->counters));
+		}
+	}
+	SpinLockAcquire(&entry->mutex);
+	entry->counters[counter] += amount;
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(state->lock);
+}
+
+/* Copies of every backend's holds, for zk_locks.  Returns how many. */
+int
+zksh_holds(ZkshHold **holds)
+{
+	int			n = 0;
+	int			i;
+
+	*holds = NULL;
+	if (state == NULL)
+		return 0;
+	*holds = palloc(state->nholds * sizeof(ZkshHold));
+	LWLockAcquire(state->lock, LW_SHARED);
+	for (i = 0; i < state->nholds; i++)
+		if (state->holds[i].pid != 0)
+			(*holds)[n++] = state->holds[i];
+	LWLockRelease(state->lock);
+	return n;
+}
+
+/* Copies of every backend's current wait.  Returns how many. */
+int
+zksh_waits(ZkshWait **waits)
+{
+	int			n = 0;
+	int			i;
+
+	*waits = NULL;
+	if (state == NULL)
+		return 0;
+	*waits = palloc(state->nwaits * sizeof(ZkshWait));
+	LWLockAcquire(state->lock, LW_SHARED);
+	for (i = 0; i < state->nwaits; i++)
+		if (state->waits[i].pid != 0 && state->waits[i].since != 0)
+			(*waits)[n++] = state->waits[i];
+	LWLockRelease(state->lock);
+	return n;
+}
+
+/* The current wait of the backend with this pid; false if it waits for none. */
+bool
+zksh_wait_of(int pid, ZkshWait *wait)
+{
+	bool		found = false;
+	int			i;
+
+	if (state == NULL)
+		return false;
+	LWLockAcquire(state->lock, LW_SHARED);
+	for (i = 0; i < state->nwaits && !found; i++)
+	{
+		if (state->waits[i].pid == pid && state->waits[i].since != 0)
+		{
+			*wait = state->waits[i];
+			found = true;
+		}
+	}
+	LWLockRelease(state->lock);
+	return found;
+}
+
+/* Copies of the statistics of every tracked name.  Returns how many. */
+int
+zksh_stats(ZkshStats **out)
+{
+	HASH_SEQ_STATUS status;
+	StatEntry  *entry;
+	int			n = 0;
+
+	*out = NULL;
+	if (state == NULL)
+		return 0;
+	LWLockAcquire(state->lock, LW_SHARED);
+	*out = palloc(Max(hash_get_num_entries(stats), 1) * sizeof(ZkshStats));
+	hash_seq_init(&status, stats);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		memcpy((*out)[n].name, entry->key.name, sizeof(entry->key.name));
+		SpinLockAcquire(&entry->mutex);
+		memcpy((*out)[n].counters, entry->counters, sizeof(entry->counters));
+		SpinLockRelease(&entry->mutex);
+		n++;
+	}
+	LWLockRelease(state->lock);
+	return n;
+}
+
+void
+zksh_reset_stats(void)
+{
+	HASH_SEQ_STATUS status;
+	StatEntry  *entry;
+
+	if (state == NULL)
+		return;
+	LWLockAcquire(state->lock, LW_EXCLUSIVE);
+	hash_seq_init(&status, stats);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		hash_search(stats, &entry->key, HASH_REMOVE, NULL);
+	LWLockRelease(state->lock);
+}

@@ -1,0 +1,85 @@
+/*-------------------------------------------------------------------------
+ *
+ * zk_shared.h
+ *	  What each backend shows the rest of its server in shared memory: its
+ *	  zklock holds, its current wait, and per-lock statistics.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ZK_SHARED_H
+#define ZK_SHARED_H
+
+#include "datatype/timestamp.h"
+
+#include "zk_recipe.h"
+
+/* One hold of a backend, as shown server-wide (one per name and mode). */
+typedef struct ZkshHold
+{
+	int			pid;
+	Oid			database;
+	char		name[ZKN_NAME_MAX + 1];	/* UTF-8 */
+	bool		shared;
+	bool		lost;
+	int			session_count;
+	int			xact_count;
+	int64		token;
+	TimestampTz since;
+	char		node[ZKR_NODE_MAX];
+} ZkshHold;
+
+/* A backend's wait, as shown server-wide. */
+typedef struct ZkshWait
+{
+	int			pid;
+	Oid			database;
+	char		name[ZKN_NAME_MAX + 1];	/* UTF-8 */
+	bool		shared;
+	bool		xact;
+	TimestampTz since;
+	char		node[ZKR_NODE_MAX];	/* "" until the waiting node is made */
+} ZkshWait;
+
+typedef enum ZkshCounter
+{
+	ZKSH_ACQUISITIONS,
+	ZKSH_WAITS,
+	ZKSH_WAIT_TIME_US,
+	ZKSH_TIMEOUTS,
+	ZKSH_CANCELLATIONS,
+	ZKSH_DEADLOCKS,
+	ZKSH_LOSSES,
+	ZKSH_NCOUNTERS
+} ZkshCounter;
+
+/* Per-lock statistics, as shown by zk_stat_locks. */
+typedef struct ZkshStats
+{
+	char		name[ZKN_NAME_MAX + 1];	/* UTF-8 */
+	int64		counters[ZKSH_NCOUNTERS];
+} ZkshStats;
+
+extern void zksh_define_settings(void);
+extern void zksh_request_shmem(void);
+extern bool zksh_enabled(void);
+
+extern void zksh_name_of(const char *parent, char name[ZKN_NAME_MAX + 1]);
+
+extern int	zksh_put_hold(int slot, const char *parent, bool shared,
+						  bool lost, int session_count, int xact_count,
+						  const char *node, int64 token, TimestampTz since);
+extern void zksh_drop_hold(int slot);
+
+extern void zksh_wait_begin(const char *parent, bool shared, bool xact);
+extern void zksh_wait_node(const char *node);
+extern void zksh_wait_end(void);
+
+extern void zksh_count(const char *parent, ZkshCounter counter, int64 amount);
+
+extern int	zksh_holds(ZkshHold **holds);
+extern int	zksh_waits(ZkshWait **waits);
+extern bool zksh_wait_of(int pid, ZkshWait *wait);
+extern int	zksh_stats(ZkshStats **stats);
+extern void zksh_reset_stats(void);
+
+#endif							/* ZK_SHARED_H */
