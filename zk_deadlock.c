@@ -17,13 +17,17 @@
  * (largest czxid, so the last to publish) is the victim, the same for
  * every member.  So a checker only follows sessions that published before
  * it did: it finds a cycle only if it is the youngest member, and then it
- * is the victim.  It always finds one it is the youngest of: an edge of
- * the graph appears only when a session starts to wait (whom a waiter
- * waits for only shrinks), so the last member to publish sees every other
- * member's wait in place, and ZooKeeper shows a session its own create,
- * and so every earlier one, in every later read.  One check per published
- * wait is therefore enough; a check that could not finish (no answer in
- * time) is tried again after another deadlock_timeout.
+ * is the victim.  It always finds one it is the youngest of: every edge
+ * u -> v of the graph stands by the time both u and v have published (it
+ * appears when u's node is made, or v's upgrade node; both come before
+ * their owner's publishing), so the last member to publish sees every
+ * other member's wait in place, and ZooKeeper shows a session its own
+ * create, and so every earlier write, in every later read.  One check per
+ * published wait is therefore enough; a check that could not finish (no
+ * answer in time, or our own watch fired meanwhile) is done again after
+ * another deadlock_timeout.  A node that holds, or that the queue rules
+ * are about to queue again (zk_queue.c), is in no stable wait and is left
+ * out: a waiter that queues again publishes its new wait anew.
  *
  * Confirmation.  The reads of one check are not one snapshot, so a cycle
  * seen once may be made of edges that never stood at the same time.  The
@@ -34,12 +38,19 @@
  * real cycle stays until one of its members gives up.  Only then does the
  * victim's wait end with "deadlock detected".
  *
+ * Trust.  Only a published node that its own session made (ephemeralOwner
+ * matches its name), that was never rewritten (version 0), and that names
+ * a lock parent under our root and a plain contender node is followed;
+ * anything else is not a member.
+ *
  * What cannot be seen: clients other than zklock (Curator, kazoo) publish
  * nothing, so a cycle through one of them is not found; and a backend with
  * detection off (zklock.deadlock_timeout = 0) does not publish either.
  *
  * Every request made here is awaited with the checker's deadline; a check
- * that runs out of time simply has not found anything.
+ * that runs out of time has found nothing, and is done again later.  Each
+ * queue is read once per pass, however many members wait in it; a graph of
+ * more than MAX_MEMBERS waiting sessions is logged and not followed.
  *
  *-------------------------------------------------------------------------
  */
@@ -50,6 +61,7 @@
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "zk_deadlock.h"
@@ -64,7 +76,7 @@ int			zklock_deadlock_timeout = 1000;
 #define WAITS_DIR			"%waits"
 
 /* How many waiting sessions one check follows at most. */
-#define MAX_MEMBERS			64
+#define MAX_MEMBERS			1024
 
 static int64 deadlocks = 0;
 
@@ -101,25 +113,40 @@ typedef struct Member
 /* A contender that a waiting node waits for, and whose session owns it. */
 typedef struct Blocker
 {
-	char		node[ZKN_WAIT_NODE_MAX];
+	const char *node;
 	int64		owner;
 } Blocker;
+
+/* One lock's queue, read once per pass: its contenders and their owners. */
+typedef struct Queue
+{
+	char	   *parent;
+	ZkqEntry   *entries;		/* names copied out of the listing */
+	int64	   *owners;
+	int			n;
+	bool		by_czxid;
+	bool		missing;		/* the parent is gone */
+} Queue;
 
 typedef enum Reading
 {
 	READ_OK,
-	READ_NOT_WAITING,			/* the waiting node is gone */
-	READ_FAILED					/* no answer in time, or an error */
+	READ_NOT_WAITING,			/* the node is gone, or not in a stable wait */
+	READ_FAILED					/* no answer in time, or the wait moved on */
 } Reading;
 
 typedef struct Search
 {
+	const char *root;
 	const char *waits_dir;
 	TimestampTz deadline;
-	Member		members[MAX_MEMBERS];
+	uint64		generation;		/* our watch's; when it moves, stop */
+	Member	   *members;
 	int			nmembers;
 	int			closing;		/* member waiting for a node of ours */
 	char		closing_node[ZKN_WAIT_NODE_MAX];
+	Queue	   *queues;			/* read so far in this pass */
+	int			nqueues;
 	/* Requests in flight, released together, or by the error cleanup. */
 	ZkRequest **requests;
 	int			nrequests;
@@ -157,13 +184,19 @@ release_requests(Search *s)
 		zks_release_request(s->requests[--s->nrequests]);
 }
 
+/*
+ * Wait for every request in flight.  False at the deadline, or as soon as
+ * our own watch fires: our wait may be over, and the check is then done
+ * again later rather than hold up the grant.
+ */
 static bool
 await_all(Search *s)
 {
 	int			i;
 
 	for (i = 0; i < s->nrequests; i++)
-		if (!zks_await(s->requests[i], s->deadline))
+		if (!zks_await(s->requests[i], s->deadline) ||
+			zks_watch_generation() != s->generation)
 			return false;
 	return true;
 }
@@ -174,86 +207,153 @@ published_path(const char *waits_dir, int64 session)
 	return psprintf("%s/%016llx", waits_dir, (unsigned long long) session);
 }
 
+/* Only the characters zklock writes in a lock's path. */
+static bool
+is_plain(const char *name, const char *extra)
+{
+	const char *p;
+
+	if (name[0] == '\0' || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+		return false;
+	for (p = name; *p; p++)
+		if (!isalnum((unsigned char) *p) && strchr(extra, *p) == NULL)
+			return false;
+	return true;
+}
+
 /*
- * List the parent a member waits on and find whom its node waits for, by
- * the queue rules.  The listing's contenders are each checked for their
- * czxid and owner, in one pipeline.  *blockers is palloc'd.
+ * A published wait must name a lock parent under our root and a contender
+ * node of plain characters: anything else was not written by zklock (and
+ * could make the library refuse a request outright).
+ */
+static bool
+is_valid_wait(const Search *s, const ZknWait *wait)
+{
+	size_t		rootlen = strlen(s->root);
+	ZknContender contender;
+
+	return strncmp(wait->parent, s->root, rootlen) == 0 &&
+		wait->parent[rootlen] == '/' &&
+		is_plain(wait->parent + rootlen + 1, "_.-%") &&
+		is_plain(wait->node, "_.-") &&
+		zkn_parse_contender(wait->node, &contender) != ZKN_NOT_CONTENDER;
+}
+
+/*
+ * The queue under parent, read once per pass: the listing, then each
+ * contender's czxid and owner, in one pipeline.  NULL if the reads did not
+ * finish.
+ */
+static Queue *
+read_queue(Search *s, const char *parent)
+{
+	Queue	   *q;
+	ZkRequest  *list;
+	ZkRequest **stats;
+	int			ncontenders = 0;
+	int			i;
+
+	for (i = 0; i < s->nqueues; i++)
+		if (strcmp(s->queues[i].parent, parent) == 0)
+			return &s->queues[i];
+
+	release_requests(s);
+	make_room(s);
+	list = track(s, zks_get_children(parent));
+	if (!await_all(s) || (list->rc != ZOK && list->rc != ZNONODE))
+		return NULL;
+
+	s->queues = s->queues == NULL ? palloc(sizeof(Queue)) :
+		repalloc(s->queues, (s->nqueues + 1) * sizeof(Queue));
+	q = &s->queues[s->nqueues];
+	q->parent = pstrdup(parent);
+	q->missing = list->rc == ZNONODE;
+	q->n = 0;
+	q->entries = palloc(Max(list->nchildren, 1) * sizeof(ZkqEntry));
+	q->owners = palloc(Max(list->nchildren, 1) * sizeof(int64));
+	stats = palloc(Max(list->nchildren, 1) * sizeof(ZkRequest *));
+	for (i = 0; i < list->nchildren; i++)
+	{
+		ZkqEntry   *e = &q->entries[ncontenders];
+		char	   *path;
+
+		if (zkn_parse_contender(list->children[i], &e->contender) ==
+			ZKN_NOT_CONTENDER)
+			continue;
+		e->name = pstrdup(list->children[i]);
+		path = psprintf("%s/%s", parent, e->name);
+		make_room(s);
+		stats[ncontenders++] = track(s, zks_exists(path));
+	}
+	if (!await_all(s))
+		return NULL;
+
+	/* Contenders gone since the listing are left out. */
+	for (i = 0; i < ncontenders; i++)
+	{
+		ZkRequest  *stat = stats[i];
+
+		if (stat->rc == ZNONODE)
+			continue;
+		if (stat->rc != ZOK)
+			return NULL;
+		q->entries[q->n] = q->entries[i];
+		q->entries[q->n].czxid = stat->stat.czxid;
+		q->owners[q->n++] = stat->stat.ephemeralOwner;
+	}
+	q->by_czxid = zkq_needs_czxid(q->entries, q->n);
+	s->nqueues++;
+	release_requests(s);
+	return q;
+}
+
+/*
+ * Whom a member's node waits for, by the queue rules.  A node that holds,
+ * or that is about to queue again (zk_queue.c), is not in a wait that can
+ * be part of a deadlock.  *blockers is palloc'd.
  */
 static Reading
 read_blockers(Search *s, const ZknWait *wait, Blocker **blockers, int *count)
 {
-	ZkRequest  *list;
-	ZkqEntry   *entries;
-	ZkRequest **stats;
+	Queue	   *q = read_queue(s, wait->parent);
 	int		   *indexes;
-	int			n = 0;
-	int			kept = 0;
 	int			own = -1;
-	int			nblockers;
+	int			watch;
+	int			n;
 	int			i;
 
-	release_requests(s);
-	make_room(s);
-	list = track(s, zks_get_children(wait->parent));
-	if (!zks_await(list, s->deadline))
+	if (q == NULL)
 		return READ_FAILED;
-	if (list->rc == ZNONODE)
-		return READ_NOT_WAITING;
-	if (list->rc != ZOK)
-		return READ_FAILED;
-
-	entries = palloc(Max(list->nchildren, 1) * sizeof(ZkqEntry));
-	stats = palloc(Max(list->nchildren, 1) * sizeof(ZkRequest *));
-	for (i = 0; i < list->nchildren; i++)
-	{
-		char	   *path;
-
-		if (zkn_parse_contender(list->children[i], &entries[n].contender) ==
-			ZKN_NOT_CONTENDER)
-			continue;
-		entries[n].name = list->children[i];
-		path = psprintf("%s/%s", wait->parent, list->children[i]);
-		make_room(s);
-		stats[n++] = track(s, zks_exists(path));
-		pfree(path);
-	}
-	if (!await_all(s))
-		return READ_FAILED;
-	for (i = 0; i < n; i++)
-	{
-		if (stats[i]->rc == ZNONODE)
-			continue;
-		if (stats[i]->rc != ZOK)
-			return READ_FAILED;
-		entries[kept] = entries[i];
-		entries[kept].czxid = stats[i]->stat.czxid;
-		stats[kept] = stats[i];
-		if (strcmp(entries[kept].name, wait->node) == 0)
-			own = kept;
-		kept++;
-	}
+	for (i = 0; i < q->n; i++)
+		if (strcmp(q->entries[i].name, wait->node) == 0)
+			own = i;
 	if (own < 0)
 		return READ_NOT_WAITING;
-
-	indexes = palloc(kept * sizeof(int));
-	nblockers = zkq_blockers(entries, kept, own,
-							 zkq_needs_czxid(entries, kept), indexes);
-	if (nblockers < 0)
+	switch (zkq_decide(q->entries, q->n, own, q->by_czxid, &watch))
+	{
+		case ZKQ_WAIT:
+			break;
+		case ZKQ_HOLDS:
+		case ZKQ_REQUEUE:
+			return READ_NOT_WAITING;
+		case ZKQ_NO_MEMORY:
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("out of memory")));
+	}
+	indexes = palloc(q->n * sizeof(int));
+	n = zkq_blockers(q->entries, q->n, own, q->by_czxid, indexes);
+	if (n < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("out of memory")));
-	*blockers = palloc(Max(nblockers, 1) * sizeof(Blocker));
-	*count = 0;
-	for (i = 0; i < nblockers; i++)
+	*blockers = palloc(Max(n, 1) * sizeof(Blocker));
+	for (i = 0; i < n; i++)
 	{
-		Blocker    *b = &(*blockers)[*count];
-
-		if (strlen(entries[indexes[i]].name) >= sizeof(b->node))
-			continue;
-		strlcpy(b->node, entries[indexes[i]].name, sizeof(b->node));
-		b->owner = stats[indexes[i]]->stat.ephemeralOwner;
-		(*count)++;
+		(*blockers)[i].node = q->entries[indexes[i]].name;
+		(*blockers)[i].owner = q->owners[indexes[i]];
 	}
+	*count = n;
 	return READ_OK;
 }
 
@@ -269,25 +369,25 @@ find_member(const Search *s, int64 session)
 }
 
 /*
- * Read what the sessions in owners (their nodes in blockers, waited for by
- * member via) have published, and add those that wait and published before
- * us.  Returns false if the reads did not finish.
+ * Read what the owners of blockers (waited for by member via) have
+ * published, and add those that wait and published before us.  Returns
+ * false if the reads did not finish, or if the graph grew past
+ * MAX_MEMBERS.
  */
 static bool
 add_waiting_owners(Search *s, const Blocker *blockers, int count, int via)
 {
-	ZkRequest  *reads[MAX_MEMBERS];
-	const Blocker *whose[MAX_MEMBERS];
+	ZkRequest **reads = palloc(Max(count, 1) * sizeof(ZkRequest *));
+	const Blocker **whose = palloc(Max(count, 1) * sizeof(Blocker *));
 	int			nreads = 0;
 	int			i;
 
 	release_requests(s);
-	for (i = 0; i < count && s->nmembers + nreads < MAX_MEMBERS; i++)
+	for (i = 0; i < count; i++)
 	{
 		const Blocker *b = &blockers[i];
 		bool		pending = false;
 		int			j;
-		char	   *path;
 
 		/* A node with no owner is persistent: nobody waits behind it. */
 		if (b->owner == 0 || find_member(s, b->owner) >= 0)
@@ -296,27 +396,36 @@ add_waiting_owners(Search *s, const Blocker *blockers, int count, int via)
 			pending |= whose[j]->owner == b->owner;
 		if (pending)
 			continue;
-		path = published_path(s->waits_dir, b->owner);
 		make_room(s);
-		reads[nreads] = track(s, zks_get_data(path));
-		pfree(path);
+		reads[nreads] = track(s, zks_get_data(published_path(s->waits_dir,
+															 b->owner)));
 		whose[nreads++] = b;
 	}
 	if (!await_all(s))
 		return false;
+	if (s->nmembers + nreads > MAX_MEMBERS)
+	{
+		ereport(LOG,
+				(errmsg("zklock deadlock check gave up: more than %d waiting sessions",
+						MAX_MEMBERS)));
+		return false;
+	}
+	s->members = repalloc(s->members, (s->nmembers + nreads) * sizeof(Member));
 	for (i = 0; i < nreads; i++)
 	{
 		ZkRequest  *read = reads[i];
 		Member	   *m = &s->members[s->nmembers];
 
 		/*
-		 * Only a node its own session made counts, and only one made before
-		 * ours: see the header comment.
+		 * Only a node its own session made, never rewritten, and made before
+		 * ours counts: see the header comment.
 		 */
 		if (read->rc != ZOK || read->data == NULL ||
 			read->stat.ephemeralOwner != whose[i]->owner ||
+			read->stat.version != 0 ||
 			read->stat.czxid >= s->members[0].published_czxid ||
-			!zkn_parse_wait(read->data, read->datalen, &m->wait))
+			!zkn_parse_wait(read->data, read->datalen, &m->wait) ||
+			!is_valid_wait(s, &m->wait))
 			continue;
 		m->session = whose[i]->owner;
 		m->published_czxid = read->stat.czxid;
@@ -324,6 +433,7 @@ add_waiting_owners(Search *s, const Blocker *blockers, int count, int via)
 		strlcpy(m->blocking_node, whose[i]->node, sizeof(m->blocking_node));
 		s->nmembers++;
 	}
+	release_requests(s);
 	return true;
 }
 
@@ -407,19 +517,19 @@ still_waits_for(Search *s, const Member *m, const char *node, int64 owner)
 static Found
 confirm_cycle(Search *s)
 {
-	ZkRequest  *reads[MAX_MEMBERS];
+	ZkRequest **reads = palloc(s->nmembers * sizeof(ZkRequest *));
 	Found		found;
 	int			i;
 	int			m;
 
+	/* Every queue is read anew. */
+	s->nqueues = 0;
 	release_requests(s);
 	for (m = s->closing, i = 0; m > 0; m = s->members[m].waited_for_by, i++)
 	{
-		char	   *path = published_path(s->waits_dir, s->members[m].session);
-
 		make_room(s);
-		reads[i] = track(s, zks_exists(path));
-		pfree(path);
+		reads[i] = track(s, zks_exists(published_path(s->waits_dir,
+													  s->members[m].session)));
 	}
 	if (!await_all(s))
 		return FOUND_UNKNOWN;
@@ -427,11 +537,13 @@ confirm_cycle(Search *s)
 	{
 		if (reads[i]->rc == ZNONODE ||
 			(reads[i]->rc == ZOK &&
-			 reads[i]->stat.czxid != s->members[m].published_czxid))
+			 (reads[i]->stat.czxid != s->members[m].published_czxid ||
+			  reads[i]->stat.version != 0)))
 			return FOUND_NONE;
 		if (reads[i]->rc != ZOK)
 			return FOUND_UNKNOWN;
 	}
+	release_requests(s);
 
 	found = still_waits_for(s, &s->members[s->closing], s->closing_node,
 							s->members[0].session);
@@ -513,7 +625,9 @@ report_deadlock(Search *s)
 /*
  * Publish our wait: the parent waited on, our node and who we are.  Returns
  * false if it did not happen in time; published->path is set as soon as a
- * node may exist, so zkd_withdraw deletes it whatever happened.
+ * node may exist, so zkd_withdraw deletes it whatever happened.  Each
+ * create waits for a connection first, so the janitor's deletes of an
+ * earlier attempt's node, re-sent on a reconnect, go ahead of it.
  */
 static bool
 publish(Search *s, const char *parent, const char *node, const char *identity,
@@ -528,10 +642,12 @@ publish(Search *s, const char *parent, const char *node, const char *identity,
 		ZkRequest  *req;
 
 		release_requests(s);
+		if (!zks_await_connected(s->deadline))
+			return false;
 		make_room(s);
 		req = track(s, zks_create(path, data, strlen(data), ZOO_EPHEMERAL));
 		strlcpy(published->path, path, sizeof(published->path));
-		if (!zks_await(req, s->deadline))
+		if (!await_all(s))
 			return false;
 		if (req->rc == ZOK)
 		{
@@ -564,20 +680,28 @@ publish(Search *s, const char *parent, const char *node, const char *identity,
  * Check for a deadlock in which this backend's wait, on node_path under
  * parent, is the youngest; publish the wait first if that is not done yet.
  * Raises "deadlock detected" if there is one.  Returns false if the check
- * could not finish by the deadline, so it should be tried again later.
+ * could not finish by the deadline, or if the watch of generation fired
+ * meanwhile, so it should be done again later.
  */
 bool
 zkd_check(const char *parent, const char *node_path, const char *identity,
-		  ZkdWait *published, TimestampTz deadline)
+		  ZkdWait *published, TimestampTz deadline, uint64 generation)
 {
+	MemoryContext check_context = AllocSetContextCreate(CurrentMemoryContext,
+														"zklock deadlock check",
+														ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old_context = MemoryContextSwitchTo(check_context);
 	Search	   *s = palloc0(sizeof(Search));
 	const char *node = strrchr(node_path, '/') + 1;
-	Member	   *self = &s->members[0];
+	Member	   *self;
 	Found		found = FOUND_UNKNOWN;
 
-	s->waits_dir = psprintf("%.*s/%s", (int) (strrchr(parent, '/') - parent),
-							parent, WAITS_DIR);
+	s->root = pnstrdup(parent, strrchr(parent, '/') - parent);
+	s->waits_dir = psprintf("%s/%s", s->root, WAITS_DIR);
 	s->deadline = deadline;
+	s->generation = generation;
+	s->members = palloc0(sizeof(Member));
+	self = &s->members[0];
 	PG_TRY();
 	{
 		if (published->czxid != 0 ||
@@ -601,11 +725,10 @@ zkd_check(const char *parent, const char *node_path, const char *identity,
 	PG_FINALLY();
 	{
 		release_requests(s);
+		MemoryContextSwitchTo(old_context);
+		MemoryContextDelete(check_context);
 	}
 	PG_END_TRY();
-	if (s->requests)
-		pfree(s->requests);
-	pfree(s);
 	return found != FOUND_UNKNOWN;
 }
 

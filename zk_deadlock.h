@@ -28,7 +28,7 @@ extern int	zklock_deadlock_timeout;
 extern void zkd_define_settings(void);
 extern bool zkd_check(const char *parent, const char *node_path,
 					  const char *identity, ZkdWait *published,
-					  TimestampTz deadline);
+					  TimestampTz deadline, uint64 generation);
 extern void zkd_withdraw(ZkdWait *published);
 extern int64 zkd_deadlocks(void);
 

@@ -162,7 +162,7 @@ await_watch(Acquisition *acq, uint64 generation)
 			check_deadline = acq->deadline;
 		acq->deadlock_check_at = 0;
 		if (!zkd_check(acq->parent, acq->node->path, acq->data,
-					   &acq->published, check_deadline))
+					   &acq->published, check_deadline, generation))
 			acq->deadlock_check_at =
 				TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 											zklock_deadlock_timeout);

@@ -8,7 +8,8 @@
  * input, and decoding never accepts what encoding cannot produce; a parsed
  * sequence number prints back as the text it was read from; and in any
  * queue made of the input's lines, never two holders hold the lock when
- * either is exclusive, and a contender that holds has nobody to wait for.
+ * either is exclusive, and a contender that holds has nobody to wait for;
+ * and a published wait parses into terminated fields.
  */
 #include <assert.h>
 #include <stdint.h>
@@ -160,6 +161,19 @@ check_queue(char *text)
 	}
 }
 
+/* A published wait parses into terminated fields, or not at all. */
+static void
+check_wait(const char *data, size_t size)
+{
+	ZknWait		wait;
+
+	if (!zkn_parse_wait(data, size, &wait))
+		return;
+	assert(wait.parent[0] == '/' && strlen(wait.parent) < sizeof(wait.parent));
+	assert(strlen(wait.node) < sizeof(wait.node) && strchr(wait.node, '/') == NULL);
+	assert(memchr(data, '\n', size) != NULL);
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -175,6 +189,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check_contender(text);
 	(void) zkn_is_node_of(text, "0f0e0d0c-0b0a-4909-8807-060504030201", true);
 	(void) zkn_parse_identity((const char *) data, size, &id);
+	check_wait((const char *) data, size);
 	check_queue(text);
 
 	free(text);

@@ -159,7 +159,32 @@ ok((grep { $_ eq '%FF%2F%C0' } ZkTest::zk_children($root)),
 is($out, 't', 'and unlocks');
 $ascii->quit;
 
-for my $path ('garbage', 'binary', 'fake', 'tie', 'longname')
+# Published waits that zklock did not write.  A kazoo client holds a lock
+# and publishes a "wait" for its own session, which a zklock waiter behind
+# it reads in its deadlock check: a path the client library would refuse,
+# a parent under another root, a waiting node that does not exist.  None
+# makes the waiter fail, and none makes a deadlock.
+{
+	my $peer = start_peer('kazoo', "$root/hostile_wait");
+	peer_send($peer, 'acquire');
+	ok(peer_expect($peer, qr/^acquired$/m), 'published waits: a kazoo client holds a lock');
+	run_sql($s, "SELECT zk_lock('mine')");
+	for my $data ("/a//b\\nx-lock-0000000001\\n{}",
+		"/elsewhere/mine\\nx-lock-0000000001\\n{}",
+		"$root/mine\\n_c_00000000-0000-4000-8000-000000000000-lock-0000000000\\n{}",
+		'garbage')
+	{
+		peer_send($peer, "fake-wait $root/%waits $data");
+		ok(peer_expect($peer, qr/^published$/m), "published waits: $data is published");
+		($out, $err) = run_sql($w, "SELECT zk_lock('hostile_wait', '2s')");
+		is($out, 'f', "published waits: $data: a waiter behind the client waits on");
+		is($err, '', "published waits: $data: without an error");
+	}
+	peer_quit($peer);
+	run_sql($s, "SELECT zk_unlock('mine')");
+}
+
+for my $path ('garbage', 'binary', 'fake', 'tie', 'longname', 'hostile_wait', 'mine')
 {
 	ZkTest::zkinspect('delete', "$root/$path");
 }

@@ -55,13 +55,22 @@ sub deadlocked
 	return $s->{stderr} =~ /ERROR:  40P01: deadlock detected/;
 }
 
+# Wait until one of the sessions reports the deadlock; returns it.
+sub first_victim
+{
+	my ($timeout, @sessions) = @_;
+	pump_sessions($timeout, sub { grep { deadlocked($_) } @sessions }, @sessions);
+	my ($victim) = grep { deadlocked($_) } @sessions;
+	return $victim;
+}
+
 # Wait until one of the sessions reports the deadlock, then a while
 # longer, so that a second report would be seen too.  Returns the
 # sessions that reported one.
 sub victims
 {
 	my ($timeout, @sessions) = @_;
-	pump_sessions($timeout, sub { grep { deadlocked($_) } @sessions }, @sessions);
+	first_victim($timeout, @sessions);
 	pump_sessions(3, sub { 0 }, @sessions);
 	return grep { deadlocked($_) } @sessions;
 }
@@ -81,11 +90,16 @@ sub clear
 	ok(wait_for_zk_wait($east, $a->{zk_pid}), '2-cycle: the first backend waits');
 	my $t0 = time;
 	send_query($b, "SELECT 'b granted' FROM zk_xact_lock('two_a');");
-	my @victims = victims(15, $a, $b);
-	is(scalar @victims, 1, '2-cycle: exactly one backend gets "deadlock detected"');
-	my ($victim) = @victims;
+	my $victim = first_victim(15, $a, $b);
+	ok($victim, '2-cycle: a backend gets "deadlock detected"');
+	cmp_ok(time - $t0, '<', 1 + 4, 'within deadlock_timeout and a few seconds');
+	is(scalar(grep { $_ eq $victim->{wait_node} } published_waits()), 0,
+		'the victim\'s published wait is gone when the call returns');
+	is(scalar zk_contenders("$root/two_a"), 1, 'and its waiting node too');
+	is($victim, $b, 'the victim is the younger wait');
 	my ($survivor) = grep { $_ != $victim } ($a, $b);
-	cmp_ok(time - $t0 - 3, '<', 1 + 4, 'within deadlock_timeout and a few seconds');
+	pump_sessions(3, sub { 0 }, $a, $b);
+	ok(!deadlocked($a), 'and the other is no victim');
 	like($victim->{stderr},
 		qr/DETAIL:  Process \d+ on [^:]+:\d+ waits for exclusive zklock "two_[ab]"; blocked by process \d+ on [^:]+:\d+\.\nProcess \d+ on [^:]+:\d+ waits for exclusive zklock "two_[ab]"; blocked by process \d+ on [^:]+:\d+\./,
 		'the DETAIL names each process, the zklock it waits for and who blocks it');
@@ -93,10 +107,8 @@ sub clear
 		'the victim itself among them');
 	diag("the victim's report:\n" . ($victim->{stderr} =~ s/^LOCATION:.*\n//mr));
 	like($survivor->{stdout}, qr/granted/, 'the survivor gets its lock');
-	is(scalar(grep { $_ eq $victim->{wait_node} } published_waits()), 0,
-		'the victim\'s published wait is gone when the call returns');
-	is(scalar zk_contenders("$root/" . ($victim == $a ? 'two_b' : 'two_a')), 1,
-		'and its waiting node too');
+	is(scalar(grep { $_ eq $survivor->{wait_node} } published_waits()), 0,
+		'and withdrew its published wait');
 	clear($a, $b);
 	my ($out, $err) = run_sql($victim, 'SELECT 1');
 	like($err, qr/current transaction is aborted/,
@@ -114,7 +126,7 @@ sub clear
 	my $a = session($east);
 	my $b = session($west);
 	my $ok = 0;
-	for my $round (1 .. 5)
+	for my $round (1 .. 10)
 	{
 		run_sql($a, "BEGIN; SELECT zk_xact_lock('once_a')");
 		run_sql($b, "BEGIN; SELECT zk_xact_lock('once_b')");
@@ -127,7 +139,7 @@ sub clear
 		clear($a, $b);
 		run_sql($_, 'ROLLBACK') for ($a, $b);
 	}
-	is($ok, 5, 'simultaneous 2-cycles: exactly one victim every time, and the other granted');
+	is($ok, 10, 'simultaneous 2-cycles: exactly one victim every time, and the other granted');
 	$_->quit for ($a, $b);
 }
 
@@ -145,6 +157,7 @@ sub clear
 	my @victims = victims(15, @s);
 	is(scalar @victims, 1, '3-cycle: exactly one victim');
 	my ($victim) = grep { deadlocked($s[$_]) } 0 .. 2;
+	is($victim, 2, 'the one whose wait began last');
 	like($s[$victim]->{stderr}, qr/(?:Process .*\n){2}Process .*\./,
 		'the DETAIL has three lines');
 	# The one waiting for the victim gets its lock; once it commits, the

@@ -9,6 +9,10 @@ answers each with exactly one line:
   acquire   block until the lock is held          -> acquired
   try       one non-blocking attempt               -> acquired | busy
   release   give the lock up                       -> released
+  fake-wait DIR DATA
+            publish a wait as zklock does, under DIR, named by this
+            session's id, with DATA ("\\n" for a line break); one made
+            earlier is replaced                    -> published
   quit      release if held, close, exit 0 (also on end of input);
             no answer line
 
@@ -126,6 +130,15 @@ class Peer(object):
         else:
             say("busy")
 
+    def do_fake_wait(self, directory, data):
+        """A published wait that zklock did not write, for hostile tests."""
+        path = "%s/%016x" % (directory, self.zk.client_id[0])
+        if self.zk.exists(path):
+            self.zk.delete(path)
+        self.zk.create(path, data.replace("\\n", "\n").encode("utf-8"),
+                       ephemeral=True, makepath=True)
+        say("published")
+
     def do_release(self):
         if not self.held:
             error("lock not held")
@@ -153,6 +166,8 @@ class Peer(object):
                     self.do_acquire(blocking=False)
                 elif cmd == "release":
                     self.do_release()
+                elif cmd.startswith("fake-wait "):
+                    self.do_fake_wait(*cmd.split(" ", 2)[1:])
                 else:
                     error("unknown command %r" % cmd)
             except CancelledError:
