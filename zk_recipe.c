@@ -352,7 +352,6 @@ create_node(Acquisition *acq)
 					sizeof(acq->node->path));
 			acq->node->czxid = acq->create->stat.czxid;
 			release_request(&acq->create);
-			zksh_wait_node(acq->node->path);
 			return true;
 		}
 		release_request(&acq->create);
@@ -375,7 +374,6 @@ create_node(Acquisition *acq)
 			switch (find_own_node(acq))
 			{
 				case SEARCH_FOUND:
-					zksh_wait_node(acq->node->path);
 					return true;
 				case SEARCH_TIMED_OUT:
 					return false;
@@ -618,6 +616,7 @@ wait_in_queue(Acquisition *acq, bool wait)
 		/* A get-data watch: an exists watch on a gone node would linger. */
 		acq->waited = true;
 		start_deadlock_timer(acq);
+		zksh_wait_node(acq->node->path);
 		generation = zks_watch_generation();
 		acq->watch = zks_watch_then_list(predecessor, acq->parent);
 		if (!await_reply(acq, acq->watch))

@@ -12,8 +12,9 @@
  * backend alone.
  *
  * Publishing costs no ZooKeeper request: a backend writes its own slots
- * under one LWLock when its holds change (zk_holds.c), when it starts and
- * ends a wait (zk_holds.c, zk_recipe.c), and counts into the statistics
+ * under one LWLock when its holds change (zk_holds.c), when it really
+ * waits and when that wait ends (zk_recipe.c, zk_holds.c; an acquire
+ * granted at once shows no wait), and counts into the statistics
  * (zklock.c and the others) under the same lock, held shared, plus a
  * spinlock per name.  When a slot cannot be had (all in use, or too many
  * names tracked), what it would have shown is not shown, with one WARNING
@@ -49,7 +50,7 @@ typedef struct StatKey
 
 typedef struct StatEntry
 {
-	StatKey		key;			/* hash key: zero-padded UTF-8 name */
+	StatKey		key;			/* hash key: the UTF-8 name */
 	slock_t		mutex;			/* protects the counters */
 	int64		counters[ZKSH_NCOUNTERS];
 } StatEntry;
@@ -71,6 +72,13 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /* This backend's wait slot (index + 1; 0: none yet). */
 static int	my_wait = 0;
+
+/*
+ * The lock this backend is acquiring, kept here until it really waits
+ * (zksh_wait_node): an acquire that is granted at once shows nothing.
+ */
+static ZkshWait acquiring;
+static bool wait_shown = false;
 static bool exit_callback_registered = false;
 static bool warned_full = false;
 
@@ -150,7 +158,7 @@ startup_shmem(void)
 	ctl.keysize = sizeof(StatKey);
 	ctl.entrysize = sizeof(StatEntry);
 	stats = ShmemInitHash("zklock statistics", max_tracked_names,
-						  max_tracked_names, &ctl, HASH_ELEM | HASH_BLOBS);
+						  max_tracked_names, &ctl, HASH_ELEM | HASH_STRINGS);
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -274,14 +282,31 @@ zksh_drop_hold(int slot)
 	LWLockRelease(state->lock);
 }
 
-/* Show that this backend waits for a lock (node not made yet). */
+/*
+ * This backend is about to acquire the lock under parent; nothing is shown
+ * until it waits.
+ */
 void
 zksh_wait_begin(const char *parent, bool shared, bool xact)
 {
-	ZkshWait   *w;
-
 	if (state == NULL)
 		return;
+	zksh_name_of(parent, acquiring.name);
+	acquiring.shared = shared;
+	acquiring.xact = xact;
+	acquiring.since = GetCurrentTimestamp();
+	acquiring.node[0] = '\0';
+}
+
+/* Show that this backend waits, with this node, for the lock it acquires. */
+void
+zksh_wait_node(const char *node)
+{
+	ZkshWait   *w;
+
+	if (state == NULL || (wait_shown && strcmp(acquiring.node, node) == 0))
+		return;
+	strlcpy(acquiring.node, node, sizeof(acquiring.node));
 	register_exit_callback();
 	LWLockAcquire(state->lock, LW_EXCLUSIVE);
 	if (my_wait == 0)
@@ -295,39 +320,23 @@ zksh_wait_begin(const char *parent, bool shared, bool xact)
 	if (my_wait > 0)
 	{
 		w = &state->waits[my_wait - 1];
+		*w = acquiring;
 		w->pid = MyProcPid;
 		w->database = MyDatabaseId;
-		zksh_name_of(parent, w->name);
-		w->shared = shared;
-		w->xact = xact;
-		w->since = GetCurrentTimestamp();
-		w->node[0] = '\0';
+		wait_shown = true;
 	}
-	LWLockRelease(state->lock);
-}
-
-/* The node this backend now waits with. */
-void
-zksh_wait_node(const char *node)
-{
-	if (state == NULL || my_wait == 0)
-		return;
-	LWLockAcquire(state->lock, LW_EXCLUSIVE);
-	if (state->waits[my_wait - 1].since != 0)
-		strlcpy(state->waits[my_wait - 1].node, node,
-				sizeof(state->waits[my_wait - 1].node));
 	LWLockRelease(state->lock);
 }
 
 void
 zksh_wait_end(void)
 {
-	if (state == NULL || my_wait == 0)
+	if (!wait_shown)
 		return;
 	LWLockAcquire(state->lock, LW_EXCLUSIVE);
 	state->waits[my_wait - 1].since = 0;
-	state->waits[my_wait - 1].node[0] = '\0';
 	LWLockRelease(state->lock);
+	wait_shown = false;
 }
 
 /* Add amount to one statistic of the lock under parent. */
@@ -339,7 +348,6 @@ zksh_count(const char *parent, ZkshCounter counter, int64 amount)
 
 	if (state == NULL)
 		return;
-	memset(&key, 0, sizeof(key));
 	zksh_name_of(parent, key.name);
 	LWLockAcquire(state->lock, LW_SHARED);
 	entry = hash_search(stats, &key, HASH_FIND, NULL);

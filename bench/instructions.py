@@ -15,7 +15,8 @@ marshal a request and queue it).  Time asleep waiting for ZooKeeper runs no
 instructions.  The library's own threads are not counted.  A run of
 WARM cycles is subtracted from a run of WARM + N cycles, so opening the
 session is left out.  The same is done for pg_advisory_lock and
-pg_advisory_unlock.
+pg_advisory_unlock, and for zk_lock and zk_unlock without zklock preloaded
+(so without the server-wide view's shared memory).
 
 To turn instructions into time on this machine, a PL/pgSQL loop of
 pg_advisory_lock cycles is counted whole under callgrind and timed without
@@ -47,8 +48,8 @@ def loop(body, n):
     return "DO $$ BEGIN FOR i IN 1..%d LOOP %s END LOOP; END $$;\n" % (n, body)
 
 
-def single_user(script, valgrind_args=None, timeout=900):
-    cmd = [os.path.join(PGBIN, "postgres"), "--single", "-D", PGDATA, "postgres"]
+def single_user(script, valgrind_args=None, timeout=900, options=()):
+    cmd = [os.path.join(PGBIN, "postgres"), "--single", "-D", PGDATA] + list(options) + ["postgres"]
     if valgrind_args is not None:
         cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes"] + valgrind_args + cmd
     p = subprocess.run(cmd, input=script, capture_output=True, text=True, timeout=timeout)
@@ -87,12 +88,12 @@ def self_cost_by_object(path):
     return costs
 
 
-def counted(script, toggles, tag):
+def counted(script, toggles, tag, options=()):
     out = os.path.join(WORK, tag + ".%p")
     args = ["--callgrind-out-file=" + out]
     if toggles:
         args += ["--collect-atstart=no"] + ["--toggle-collect=" + t for t in toggles]
-    single_user(script, args)
+    single_user(script, args, options=options)
     # The main thread's file; the library's threads run nothing toggled.
     files = [f for f in os.listdir(WORK) if f.startswith(tag + ".") and f.endswith("-01")]
     if len(files) != 1:
@@ -100,10 +101,10 @@ def counted(script, toggles, tag):
     return self_cost_by_object(os.path.join(WORK, files[0]))
 
 
-def per_cycle(body, toggles, tag, n):
+def per_cycle(body, toggles, tag, n, options=()):
     setup = "CREATE EXTENSION IF NOT EXISTS zklock;\n"
-    base = counted(setup + loop(body, WARM), toggles, tag + "_base")
-    full = counted(setup + loop(body, WARM) + loop(body, n), toggles, tag + "_full")
+    base = counted(setup + loop(body, WARM), toggles, tag + "_base", options)
+    full = counted(setup + loop(body, WARM) + loop(body, n), toggles, tag + "_full", options)
     return {ob: (full.get(ob, 0) - base.get(ob, 0)) / n for ob in set(base) | set(full)}
 
 
@@ -131,12 +132,17 @@ def timed_us_per_cycle(body):
 
 
 zk = per_cycle(ZK, ["zk_lock", "zk_unlock"], "zk", N)
+# The cluster preloads zklock; without it nothing is shown server-wide, so
+# the difference is what showing the holds costs a cycle.
+zk_plain = per_cycle(ZK, ["zk_lock", "zk_unlock"], "zkplain", N,
+                     ["-c", "shared_preload_libraries="])
 adv = per_cycle(ADV, ["pg_advisory_lock_int8", "pg_advisory_unlock_int8"], "adv", N)
 calibration = sum(per_cycle(ADV, None, "advloop", CALIBRATION_N).values())
 adv_loop_us = timed_us_per_cycle(ADV)
 rate = calibration / adv_loop_us  # instructions per microsecond
 
 results = {"ir_zk_cycle": sum(zk.values()), "ir_adv_cycle": sum(adv.values()),
+           "ir_zk_cycle_not_preloaded": sum(zk_plain.values()),
            "ir_adv_loop": calibration, "adv_loop_us": adv_loop_us, "ir_per_us": rate}
 for k in ("zklock", "postgres", "libc", "library", "other"):
     results["ir_zk_" + k] = sum(v for ob, v in zk.items() if kind(ob) == k)

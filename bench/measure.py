@@ -64,6 +64,7 @@ if QUICK:
     N_REENTRANT = 50
     N_FIRST = 10
     CONTENTION = [2, 4]
+    DETECTION_K = 4
     CONTENTION_S = env_int("BENCH_CONTENTION_SECONDS", 1)
     FIFO_WAITERS = 5
     RSS_SAMPLES = 1
@@ -76,6 +77,7 @@ else:
     N_REENTRANT = 2000
     N_FIRST = 200
     CONTENTION = [2, 10, 50]
+    DETECTION_K = 10
     CONTENTION_S = env_int("BENCH_CONTENTION_SECONDS", 5)
     FIFO_WAITERS = 200
     RSS_SAMPLES = 5
@@ -609,16 +611,17 @@ def contention(k, rep):
     return rate
 
 
-def release_to_grant(k, rep):
+def release_to_grant(k, rep, options="", suffix=""):
     """k backends cycling on one lock, each stamping the moment its grant
     returned (after zk_lock, in the statement that took it) and the moment
     just before its release (in the statement of zk_unlock).  The interval
     from each release to the next grant is the handoff proper, without the
     client's round trips; stamps that do not alternate release, grant,
-    release... would mean two holders at once."""
+    release... would mean two holders at once.  options are further
+    settings for the backends; suffix tells their figures apart."""
     psql_one("TRUNCATE zkbench_handoff")
     pgbench(SQL["handoff"], ["-c", str(k), "-j", "2", "-T", str(CONTENTION_S)],
-            "handoff%d" % k, timeout=CONTENTION_S + 300)
+            "handoff%d%s" % (k, suffix), timeout=CONTENTION_S + 300, options=options)
     rows = psql_one("SELECT what || ' ' || extract(epoch FROM at) FROM zkbench_handoff "
                     "ORDER BY at").split("\n")
     events = [(w, float(t)) for w, t in (r.split() for r in rows if r.strip())]
@@ -639,8 +642,9 @@ def release_to_grant(k, rep):
         if w1 == "r" and w2 == "g":
             intervals.append((t2 - t1) * 1e3)
     mean = statistics.mean(intervals)
-    RES.add("contention_c%d_release_to_grant_ms" % k, mean)
-    RES.add("contention_c%d_release_to_grant_p50_ms" % k, statistics.median(intervals))
+    RES.add("contention_c%d_release_to_grant%s_ms" % (k, suffix), mean)
+    RES.add("contention_c%d_release_to_grant%s_p50_ms" % (k, suffix),
+            statistics.median(intervals))
     return mean
 
 
@@ -650,11 +654,11 @@ def first_lock(kind):
     return (ends[-1] - ends[0]) * 1e3 / N_FIRST
 
 
-def attempt(what, fn, *args):
+def attempt(what, fn, *args, **kwargs):
     """Run one measurement.  A failure is a failure: it is recorded (the run
     then exits non-zero) and the repeat it belongs to ends."""
     try:
-        return fn(*args)
+        return fn(*args, **kwargs)
     except BenchError as e:
         raise BenchError("%s: %s" % (what, " / ".join(str(e).strip().splitlines()[-3:])))
 
@@ -745,6 +749,16 @@ def repeat(rep, kazoo, curator):
             RES.add("ratio_contention_c%d_release_to_grant" % k, handoff / fh)
             log("contention %d backends: release -> next grant %.3f ms (%.3f x floor handoff)"
                 % (k, handoff, handoff / fh))
+    # Deadlock detection costs nothing for waits shorter than its timeout:
+    # the same handoff with detection off, back to back.
+    k = DETECTION_K
+    on = attempt("release to grant %d, detection on" % k, release_to_grant, k, rep)
+    off = attempt("release to grant %d, detection off" % k, release_to_grant, k, rep,
+                  "-c zklock.deadlock_timeout=0", "_detect_off")
+    if on is not None and off is not None:
+        RES.add("ratio_detection_on_off", on / off)
+        log("contention %d backends: release -> next grant %.3f ms with deadlock detection, "
+            "%.3f ms without (%.3f x)" % (k, on, off, on / off))
 
 
 def fifo_and_waiter_rss():
@@ -1159,10 +1173,24 @@ def report(elapsed):
     row("leak_cycle", med("leak_cycle_ms"), "ms",
         "zklock cycle time during that run (psql \\i)", key="leak_cycle_ms")
 
+    k = DETECTION_K
+    row("detection_on_off", med("ratio_detection_on_off"), "x",
+        "%d backends: release -> next grant with zklock.deadlock_timeout = 1 s (waits of a "
+        "few ms, never checked) over the same with 0, back to back (%s vs %s ms)"
+        % (k, fmt(med("contention_c%d_release_to_grant_ms" % k)),
+           fmt(med("contention_c%d_release_to_grant_detect_off_ms" % k))),
+        key="ratio_detection_on_off", digits=3)
+
     heading("Instructions per session cycle in the backend's main thread (callgrind)")
     ir = med("ir_zk_cycle")
     row("ir_zk_cycle", ir, "instr",
-        "inside zk_lock + zk_unlock and all they call, asleep time excluded", digits=0)
+        "inside zk_lock + zk_unlock and all they call, asleep time excluded "
+        "(zklock preloaded: the server-wide view's shared memory included)", digits=0)
+    ir_plain = med("ir_zk_cycle_not_preloaded")
+    row("ir_zk_cycle_not_preloaded", ir_plain, "instr",
+        "  the same without zklock preloaded (nothing shown server-wide); showing the "
+        "holds costs %s instructions per cycle"
+        % fmt(None if ir is None or ir_plain is None else ir - ir_plain, 0), digits=0)
     for k, what in (("zklock", "zklock's code"), ("postgres", "PostgreSQL functions"),
                     ("libc", "libc (malloc, locks, strings; the library's too)"),
                     ("library", "the client library's request calls (zoo_acreate, ...)")):
