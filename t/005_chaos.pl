@@ -69,6 +69,7 @@ for my $name ('east', 'west')
 # --- workers: separate processes, each looping lock / bump / commit -------
 my $results = PostgreSQL::Test::Utils::tempdir();
 my $end = time + $seconds;
+my $driver = $$;
 my @worker_pids;
 for my $node (@clusters)
 {
@@ -132,7 +133,9 @@ sub run_worker
 	close $fh;
 	rename "$results/$worker.tmp", "$results/$worker" or die;
 	# The session that took the locks stays open (unless it was killed).
-	sleep 0.1 until -e "$results/quit";
+	# ... or until the driver is gone, so a driver that dies leaves no
+	# worker behind.
+	sleep 0.1 until -e "$results/quit" || !kill(0, $driver);
 	$dbh->disconnect if $dbh;
 }
 
@@ -225,7 +228,7 @@ my $final_cancel = 0;
 for (1 .. 80)
 {
 	last if $final_cancel = cancel_a_waiter();
-	usleep(100_000);
+	sleep 0.1;
 }
 ok($final_cancel, 'a waiter was cancelled after the last backend kill');
 
