@@ -1,4 +1,14 @@
-# zklock: PGXS build.  "make && make install" against the pg_config on PATH.
+# zklock: PGXS build.
+#
+#   make && make install          against the pg_config on PATH, or
+#                                 PG_CONFIG=/path/to/pg_config
+#   make installcheck             the pg_regress suites (sql/, expected/)
+#                                 against a running server: see README, Tests
+#   make prove_installcheck       the TAP suites (t/) against the installed
+#                                 server's programs, with a ZooKeeper
+#                                 ensemble: see t/ZkTest.pm
+#
+# scripts/test-all sets up both and runs them for every supported major.
 
 MODULE_big = zklock
 OBJS = zklock.o zk_observe.o zk_shared.o zk_holds.o zk_recipe.o zk_deadlock.o zk_queue.o zk_session.o zk_janitor.o zk_names.o
@@ -6,8 +16,8 @@ EXTENSION = zklock
 DATA = zklock--1.0.sql
 PGFILEDESC = "zklock - cluster-wide locks backed by Apache ZooKeeper"
 
-REGRESS = zklock
-REGRESS_OPTS = --load-extension=zklock
+REGRESS = setup session xact fencing shared observe input
+REGRESS_OPTS = --load-extension=dblink --load-extension=zklock
 
 PG_CPPFLAGS = -DTHREADED -Wall -Wextra -Werror -Wno-unused-parameter \
 	-Wno-missing-field-initializers
@@ -16,3 +26,11 @@ SHLIB_LINK = -lzookeeper_mt -lpthread
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# As pgvector does: the TAP suites are not part of installcheck, since they
+# need an ensemble (ZKLOCK_TEST_HOSTS and friends) and make clusters of their
+# own.  t/ holds their helper module.
+PROVE_FLAGS += -I t
+.PHONY: prove_installcheck
+prove_installcheck:
+	$(prove_installcheck)

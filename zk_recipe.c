@@ -386,7 +386,7 @@ create_node(Acquisition *acq)
 	}
 }
 
-static void report_node_gone(Acquisition *acq) pg_attribute_noreturn();
+pg_noreturn static void report_node_gone(Acquisition *acq);
 
 /* Our node, or its whole parent, is gone from under us. */
 static void

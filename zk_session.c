@@ -133,6 +133,8 @@ static bool loss_cancel_sent = false;
 
 /* Backend-only state. */
 static int	wake_fd = -1;
+static uint32 lock_wait_event = PG_WAIT_EXTENSION;	/* in a lock's queue */
+static uint32 request_wait_event = PG_WAIT_EXTENSION;	/* for ZooKeeper */
 static WaitEventSet *wait_set = NULL;
 static bool exit_callback_registered = false;
 
@@ -747,21 +749,29 @@ ms_until(TimestampTz deadline)
 
 /*
  * Sleep until the library has something for us, the latch is set, or
- * timeout_ms (-1: no limit) passes.  Interrupts are serviced unless the
- * caller is cleaning up and must not be stopped.
+ * timeout_ms (-1: no limit) passes, showing wait_event meanwhile.
+ * Interrupts are serviced unless the caller is cleaning up and must not be
+ * stopped.
  */
 static void
-sleep_for_event(long timeout_ms, bool interruptible)
+sleep_for(uint32 wait_event, long timeout_ms, bool interruptible)
 {
 	WaitEvent	event;
 
 	if (timeout_ms > MAX_SLEEP_MS)
 		timeout_ms = MAX_SLEEP_MS;
-	(void) WaitEventSetWait(wait_set, timeout_ms, &event, 1, PG_WAIT_EXTENSION);
+	(void) WaitEventSetWait(wait_set, timeout_ms, &event, 1, wait_event);
 	ResetLatch(MyLatch);
 	drain_wake_fd();
 	if (interruptible)
 		CHECK_FOR_INTERRUPTS();
+}
+
+/* Sleep waiting for ZooKeeper; see sleep_for. */
+static void
+sleep_for_event(long timeout_ms, bool interruptible)
+{
+	sleep_for(request_wait_event, timeout_ms, interruptible);
 }
 
 /*
@@ -1165,7 +1175,7 @@ zks_await_watch(uint64 generation, TimestampTz deadline)
 		/* Wake up in time to notice a session that is cut off too long. */
 		if (timeout < 0 || timeout > 1000)
 			timeout = 1000;
-		sleep_for_event(timeout, true);
+		sleep_for(lock_wait_event, timeout, true);
 	}
 }
 
@@ -1352,10 +1362,23 @@ prepare_backend_resources(void)
 					(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
 					 errmsg("could not create eventfd: %m")));
 	}
+#if PG_VERSION_NUM >= 170000
+	/* Named wait events, registered here and not in a callback that must not fail. */
+	if (lock_wait_event == PG_WAIT_EXTENSION)
+	{
+		lock_wait_event = WaitEventExtensionNew("ZkLockWait");
+		request_wait_event = WaitEventExtensionNew("ZkRequest");
+	}
+#endif
 	if (wait_set == NULL)
 	{
 		/* Kept only once complete: a partial set would never see wake_fd. */
+#if PG_VERSION_NUM >= 170000
+		/* Owned by no resource owner: it lives as long as the backend. */
+		WaitEventSet *set = CreateWaitEventSet(NULL, 3);
+#else
 		WaitEventSet *set = CreateWaitEventSet(TopMemoryContext, 3);
+#endif
 
 		PG_TRY();
 		{

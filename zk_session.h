@@ -12,6 +12,8 @@
 
 #include "datatype/timestamp.h"
 
+#include "zk_compat.h"
+
 #include <time.h>
 
 #include <zookeeper/zookeeper.h>
@@ -97,7 +99,7 @@ extern void zks_sweep_later(const char *parent, const char *guid,
 extern void zks_settle(int timeout_ms);
 extern bool zks_janitor_failed(void);
 
-extern void zks_report_error(int rc, const char *what, const char *path)
-			pg_attribute_noreturn();
+pg_noreturn extern void zks_report_error(int rc, const char *what,
+										 const char *path);
 
 #endif							/* ZK_SESSION_H */

@@ -346,7 +346,7 @@ zkl_get_lock_parent(FunctionCallInfo fcinfo, char parent[ZKR_PARENT_MAX],
 	snprintf(parent, ZKR_PARENT_MAX, "%s/%s", zklock_root, encoded);
 }
 
-/* Read the timeout argument as milliseconds. */
+/* Read the timeout argument as milliseconds; -1 for 'infinity'. */
 static int64
 get_timeout_ms(FunctionCallInfo fcinfo)
 {
@@ -358,6 +358,15 @@ get_timeout_ms(FunctionCallInfo fcinfo)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("zklock timeout must not be null")));
 	timeout = PG_GETARG_INTERVAL_P(1);
+#ifdef INTERVAL_NOT_FINITE
+	/* PostgreSQL 17 and later: 'infinity' waits without limit. */
+	if (INTERVAL_IS_NOEND(timeout))
+		return -1;
+	if (INTERVAL_IS_NOBEGIN(timeout))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("zklock timeout must not be negative")));
+#endif
 	ms = timeout->time / 1000 +
 		((int64) timeout->month * DAYS_PER_MONTH + timeout->day) *
 		SECS_PER_DAY * 1000;

@@ -2,7 +2,7 @@
  * Curator InterProcessMutex acquire+release cycles for the zklock
  * benchmark.  Runs in source-file mode:
  *
- *   java -cp "$(cat test/curator-classpath.txt)" bench/CuratorCycle.java HOSTS LOCKPATH JVM_WARMUP
+ *   java -cp "$(cat test/peers/curator-classpath.txt)" bench/CuratorCycle.java HOSTS LOCKPATH JVM_WARMUP
  *
  * First warms up the JVM with JVM_WARMUP untimed cycles on a session of
  * its own (so the JIT has compiled Curator's and the client's hot paths

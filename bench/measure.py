@@ -9,7 +9,7 @@ environment bench/run passes:
   BENCH_WORK      work directory (scratch files go to BENCH_WORK/scratch)
   BENCH_SRC       directory holding this script's siblings (mntr, the peers)
   BENCH_ZKFLOOR   the compiled bench/zkfloor
-  BENCH_CLASSPATH Curator's classpath (test/curator-classpath.txt)
+  BENCH_CLASSPATH Curator's classpath (test/peers/curator-classpath.txt)
   ZK_HOSTS        connect string of the ensemble; ZK_PORTS its client ports
   PGHOST, PGPORT, PGDATABASE, PGUSER   the cluster, with zklock created
   BENCH_QUICK     1: tiny smoke-test sizes

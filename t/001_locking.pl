@@ -33,6 +33,12 @@ is(scalar zk_contenders("$root/handoff"), 1,
 send_query($b, "SELECT 'b granted' FROM zk_lock('handoff');");
 ok(wait_for_zk_wait($node, $b->{zk_pid}),
 	'a second backend waits, shown as wait_event_type Extension');
+# PostgreSQL 17 and later name an extension's wait events.
+my $wait_event = $node->pg_version >= 17 ? 'ZkLockWait' : 'Extension';
+ok(wait_until("wait_event $wait_event",
+		sub { $node->safe_psql('postgres',
+				"SELECT wait_event FROM pg_stat_activity WHERE pid = $b->{zk_pid}") eq $wait_event }),
+	"with wait_event $wait_event");
 ok(zk_wait_contenders("$root/handoff", 2), 'the waiter queued one node');
 like($node->safe_psql('postgres',
 		"SELECT query FROM pg_stat_activity WHERE pid = $b->{zk_pid}"),

@@ -246,7 +246,7 @@ sub nodes_left
 	my $proxy_port = PostgreSQL::Test::Cluster::get_free_port();
 	my $control = PostgreSQL::Test::Utils::tempdir();
 	my $proxy = IPC::Run::start(
-		[ '/usr/bin/python3', "$ENV{ZKLOCK_SRC}/test/zkproxy.py",
+		[ '/usr/bin/python3', "$ENV{ZKLOCK_SRC}/test/tools/zkproxy.py",
 			$proxy_port, $server_port, $control ]);
 	sleep 1;
 	my $p = zk_session($east);

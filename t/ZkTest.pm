@@ -95,13 +95,13 @@ sub await_output
 	return $ok;
 }
 
-# Run test/zkinspect.py; any failure, a missing node included, dies.
+# Run test/tools/zkinspect.py; any failure, a missing node included, dies.
 sub zkinspect
 {
 	my (@args) = @_;
 	local $ENV{ZKINSPECT_AUTH} = $ENV{ZKINSPECT_AUTH};
 	my ($stdout, $stderr);
-	IPC::Run::run([ '/usr/bin/python3', "$src/test/zkinspect.py",
+	IPC::Run::run([ '/usr/bin/python3', "$src/test/tools/zkinspect.py",
 			$hosts, @args ], '>', \$stdout, '2>', \$stderr)
 	  or die "zkinspect @args failed (exit " . ($? >> 8) . "): $stderr";
 	return $stdout;
@@ -210,18 +210,18 @@ sub zk_ensemble
 	return $stdout;
 }
 
-# A kazoo or Curator lock client on a lock path (test/peer_kazoo.py,
-# test/PeerCurator.java), driven over stdin/stdout.
+# A kazoo or Curator lock client on a lock path (test/peers/peer_kazoo.py,
+# test/peers/PeerCurator.java), driven over stdin/stdout.
 sub start_peer
 {
 	my ($kind, $path) = @_;
 	my @cmd;
 	if ($kind eq 'curator')
 	{
-		my $cp = slurp_file("$src/test/curator-classpath.txt");
+		my $cp = slurp_file("$src/test/peers/curator-classpath.txt");
 		chomp $cp;
 		@cmd = ('java', '-XX:-UsePerfData', '-XX:TieredStopAtLevel=1',
-			'-XX:+UseSerialGC', '-cp', $cp, "$src/test/PeerCurator.java",
+			'-XX:+UseSerialGC', '-cp', $cp, "$src/test/peers/PeerCurator.java",
 			$hosts, $path);
 	}
 	else
@@ -229,7 +229,7 @@ sub start_peer
 		my ($lock_kind) = $kind =~ /^kazoo-?(\w*)$/ or die "unknown peer $kind";
 		my @reuse = $lock_kind eq 'reused' ? ('--reuse-lock') : ();
 		$lock_kind = 'lock' if $lock_kind eq '' || $lock_kind eq 'reused';
-		@cmd = ('/usr/bin/python3', "$src/test/peer_kazoo.py", '--kind',
+		@cmd = ('/usr/bin/python3', "$src/test/peers/peer_kazoo.py", '--kind',
 			$lock_kind, @reuse, $hosts, $path);
 	}
 	my $peer = { kind => $kind, in => '', out => '', err => '' };

@@ -2,10 +2,10 @@
  * A Curator InterProcessMutex client that the zklock tests drive over
  * stdin/stdout. Runs in source-file mode, no separate compile step:
  *
- *   java -cp "$(cat test/curator-classpath.txt)" test/PeerCurator.java HOSTS LOCKPATH
+ *   java -cp "$(cat test/peers/curator-classpath.txt)" test/peers/PeerCurator.java HOSTS LOCKPATH
  *
  * Classpath (jars in /usr/share/java, Debian 12 packages; the same list,
- * as colon-separated absolute paths, is in test/curator-classpath.txt):
+ * as colon-separated absolute paths, is in test/peers/curator-classpath.txt):
  *
  *   curator-recipes.jar curator-framework.jar curator-client.jar
  *   zookeeper.jar zookeeper-jute.jar guava.jar slf4j-api.jar slf4j-simple.jar

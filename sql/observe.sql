@@ -1,0 +1,72 @@
+--
+-- Seeing who holds what: zk_locks, zk_lock_contenders, zk_status.
+--
+-- "other" is a second backend, reached through dblink: other_try(name)
+-- says whether the lock is free there right now (setup.sql).
+SELECT dblink_connect('other', other_conn());
+
+-- zk_locks: this backend's locks (other backends' are shown too, below).
+SELECT zk_lock('v1');
+SELECT zk_lock('v1');
+SELECT zk_lock_shared('v2');
+BEGIN;
+SELECT zk_xact_lock('v1');
+SELECT name, mode, scope, holds, state,
+       node ~ ('^/zklock_regress/' || name || '/_c_[0-9a-f-]{36}-(read-)?lock-[0-9]{10}$') AS node_ok,
+       token > 0 AS has_token, held_since <= now() AS since_ok
+FROM zk_locks WHERE pid = pg_backend_pid() ORDER BY name, mode, scope;
+COMMIT;
+SELECT zk_unlock_all();
+SELECT count(*) AS locks_left FROM zk_locks WHERE pid = pg_backend_pid();
+
+-- With zklock preloaded, zk_locks shows every backend of the server.
+SELECT other_query($$SELECT zk_lock('seen')::text$$);
+SELECT name, mode, scope, holds, state, pid <> pg_backend_pid() AS other_backend,
+       database = current_database() AS same_database, token > 0 AS has_token
+FROM zk_locks WHERE name = 'seen';
+SELECT other_query($$SELECT zk_unlock('seen')::text$$);
+SELECT count(*) AS seen_left FROM zk_locks WHERE name = 'seen';
+
+-- zk_lock_contenders: the queue across every client.  The other backend
+-- waits asynchronously behind us.
+SELECT zk_lock('queue');
+SELECT zk_lock_shared('queue');
+SELECT dblink_send_query('other', $$SELECT zk_lock('queue')$$);
+DO $$
+BEGIN
+  FOR i IN 1..200 LOOP
+    EXIT WHEN (SELECT count(*) FROM zk_lock_contenders('queue')) = 3;
+    PERFORM pg_sleep(0.05);
+  END LOOP;
+END $$;
+SELECT queue_position, mode, holds, client,
+       identity LIKE format('pid %s on %%, database %s, user %s, application %%',
+                            pg_backend_pid(), current_database(), current_user) AS this_backend,
+       token > 0 AS has_token
+FROM zk_lock_contenders('queue') ORDER BY queue_position;
+SELECT zk_unlock('queue'), zk_unlock_shared('queue');
+SELECT * FROM dblink_get_result('other') AS t(r text);
+SELECT * FROM dblink_get_result('other') AS t(r text);
+SELECT other_query($$SELECT zk_unlock('queue')::text$$);
+SELECT count(*) AS contenders_left FROM zk_lock_contenders('queue');
+SELECT count(*) AS no_such_lock FROM zk_lock_contenders('never_used');
+
+-- zk_status: this backend's session and counters; never the password.
+-- A wait that times out and one that is cancelled, to count.
+SELECT other_query($$SELECT zk_lock('counted')::text$$);
+SELECT zk_lock('counted', '200ms');
+SET statement_timeout = '300ms';
+SELECT zk_lock('counted');
+RESET statement_timeout;
+SELECT other_query($$SELECT zk_unlock('counted')::text$$);
+SELECT state, server ~ '^127\.0\.0\.1:[0-9]+$' AS server_ok,
+       session_id ~ '^0x[0-9a-f]+$' AS session_id_ok,
+       session_timeout_ms = 10000 AS timeout_ok, locks_held,
+       acquisitions > 0 AS acquired, waits > 0 AS waited,
+       wait_time_ms > 0 AS wait_time_ok, timeouts > 0 AS timed_out,
+       cancellations > 0 AS cancelled, losses, deadlocks
+FROM zk_status();
+SELECT count(*) AS columns FROM pg_attribute
+WHERE attrelid = 'zk_locks'::regclass AND attnum > 0;
+
+SELECT dblink_disconnect('other');
