@@ -23,6 +23,16 @@ PG_CPPFLAGS = -DTHREADED -Wall -Wextra -Werror -Wno-unused-parameter \
 	-Wno-missing-field-initializers
 SHLIB_LINK = -lzookeeper_mt -lpthread
 
+# TLS needs a ZooKeeper C client built with OpenSSL (Debian's is not):
+# make ZK_TLS_PREFIX=$(scripts/build-zookeeper-tls).  Its zookeeper.h
+# declares the TLS API only with HAVE_OPENSSL_H, and the rpath keeps
+# Debian's library, of the same soname, from being loaded instead.
+ifdef ZK_TLS_PREFIX
+PG_CPPFLAGS += -DHAVE_OPENSSL_H -I$(ZK_TLS_PREFIX)/include
+SHLIB_LINK = -L$(ZK_TLS_PREFIX)/lib -Wl,-rpath,$(ZK_TLS_PREFIX)/lib \
+	-lzookeeper_mt -lpthread
+endif
+
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)

@@ -55,10 +55,17 @@ typedef struct HoldMode
 	int			shown;			/* slot showing it server-wide (zk_shared.c) */
 } HoldMode;
 
+/*
+ * A lock name this backend holds, or one slot of a semaphore: each slot is
+ * a node of its own, and so an entry of its own, keyed by that node's path
+ * and using modes[0] only.
+ */
 typedef struct LockEntry
 {
-	char		parent[ZKR_PARENT_MAX];	/* hash key */
+	char		key[ZKR_NODE_MAX];	/* hash key: the lock's parent path, or
+									 * the slot's node path */
 	char	   *name;			/* the lock name, for messages */
+	bool		semaphore;		/* a slot */
 	HoldMode	modes[2];		/* indexed by shared */
 } LockEntry;
 
@@ -71,7 +78,7 @@ make_table(const char *name)
 {
 	HASHCTL		ctl;
 
-	ctl.keysize = ZKR_PARENT_MAX;
+	ctl.keysize = ZKR_NODE_MAX;
 	ctl.entrysize = sizeof(LockEntry);
 	return hash_create(name, 16, &ctl, HASH_ELEM | HASH_STRINGS);
 }
@@ -86,30 +93,41 @@ ensure_tables(void)
 }
 
 static LockEntry *
-find_in(HTAB *table, const char *parent)
+find_in(HTAB *table, const char *key)
 {
 	if (table == NULL)
 		return NULL;
-	return hash_search(table, parent, HASH_FIND, NULL);
+	return hash_search(table, key, HASH_FIND, NULL);
 }
 
 /* Find or make an entry; a new one has no node and no hold. */
 static LockEntry *
-enter(HTAB *table, const char *parent, const char *name)
+enter(HTAB *table, const char *key, const char *name)
 {
 	LockEntry  *entry;
 	bool		found;
 	char	   *name_copy = MemoryContextStrdup(TopMemoryContext, name);
 
-	entry = hash_search(table, parent, HASH_ENTER, &found);
+	entry = hash_search(table, key, HASH_ENTER, &found);
 	if (found)
 		pfree(name_copy);
 	else
 	{
 		entry->name = name_copy;
+		entry->semaphore = false;
 		memset(entry->modes, 0, sizeof(entry->modes));
 	}
 	return entry;
+}
+
+/* The parent path of the lock or semaphore of an entry. */
+static const char *
+parent_of(const LockEntry *entry, char buf[ZKR_PARENT_MAX])
+{
+	if (!entry->semaphore)
+		return entry->key;
+	strlcpy(buf, entry->key, Min(ZKR_PARENT_MAX, strrchr(entry->key, '/') - entry->key + 1));
+	return buf;
 }
 
 static int
@@ -136,7 +154,7 @@ remove_entry(HTAB *table, LockEntry *entry)
 			pfree(entry->modes[m].xact_subids);
 	}
 	pfree(entry->name);
-	hash_search(table, entry->parent, HASH_REMOVE, NULL);
+	hash_search(table, entry->key, HASH_REMOVE, NULL);
 }
 
 static void
@@ -205,13 +223,17 @@ show_holds_in(HTAB *table, bool lost)
 	{
 		int			m;
 
+		char		parent[ZKR_PARENT_MAX];
+
 		for (m = 0; m < 2; m++)
 		{
 			HoldMode   *mode = &entry->modes[m];
 
 			if (hold_count(mode) > 0)
-				mode->shown = zksh_put_hold(mode->shown, entry->parent, m,
-											lost, mode->session_count,
+				mode->shown = zksh_put_hold(mode->shown,
+											parent_of(entry, parent), m,
+											entry->semaphore, lost,
+											mode->session_count,
 											mode->xact_count, mode->node.path,
 											lost ? mode->node.czxid :
 											entry_token(entry), mode->since);
@@ -351,8 +373,8 @@ zkh_acquire(const char *parent, const char *name, bool shared, bool xact,
 	PG_TRY();
 	{
 		reserve_subids(mode, mode->xact_count + 1);
-		zksh_wait_begin(parent, shared, xact);
-		result = zkr_acquire(parent, shared,
+		zksh_wait_begin(parent, shared, false, xact);
+		result = zkr_acquire(parent, shared, 0,
 							 has_node(other) ? other->node.path : NULL,
 							 data, wait, deadline, &mode->node, waited);
 		zksh_wait_end();
@@ -378,6 +400,40 @@ zkh_acquire(const char *parent, const char *name, bool shared, bool xact,
 		settle(holds, entry);
 	show_holds();
 	return result;
+}
+
+/*
+ * Take back the last hold this backend took on a lock at this scope, live
+ * or lost: a multi-lock that did not get every name gives back what it
+ * took.  At transaction scope that is the newest transaction hold, which
+ * the current subtransaction took.
+ */
+void
+zkh_undo_hold(const char *parent, bool shared, bool xact)
+{
+	HTAB	   *tables[2] = {holds, lost_holds};
+	int			t;
+
+	for (t = 0; t < 2; t++)
+	{
+		LockEntry  *entry = find_in(tables[t], parent);
+		HoldMode   *mode;
+
+		if (entry == NULL)
+			continue;
+		mode = &entry->modes[shared];
+		if (xact ? mode->xact_count == 0 : mode->session_count == 0)
+			continue;
+		if (xact)
+			mode->xact_count--;
+		else
+			mode->session_count--;
+		settle(tables[t], entry);
+		break;
+	}
+	show_holds();
+	update_cancel_on_loss();
+	finish_releases(true);
 }
 
 bool
@@ -450,9 +506,10 @@ zkh_is_empty(void)
 static void
 move_to_lost(LockEntry *entry)
 {
-	LockEntry  *lost = enter(lost_holds, entry->parent, entry->name);
+	LockEntry  *lost = enter(lost_holds, entry->key, entry->name);
 	int			m;
 
+	lost->semaphore = entry->semaphore;
 	for (m = 0; m < 2; m++)
 	{
 		HoldMode   *from = &entry->modes[m];
@@ -509,7 +566,8 @@ zkh_mark_all_lost(void)
 		if (is_held(entry))
 		{
 			append_name(&names, entry->name);
-			zksh_count(entry->parent, ZKSH_LOSSES, 1);
+			if (!entry->semaphore)
+				zksh_count(entry->key, ZKSH_LOSSES, 1);
 		}
 		move_to_lost(entry);
 	}
@@ -589,6 +647,156 @@ zkh_token(const char *parent)
 	if (entry == NULL || !is_held(entry))
 		return 0;
 	return entry_token(entry);
+}
+
+/*
+ * Acquire one slot of the semaphore of this size under parent; a slot is
+ * recorded only once granted, as an entry of its own.
+ */
+ZkrResult
+zkh_acquire_slot(const char *parent, const char *name, int slots, bool xact,
+				 const char *data, bool wait, TimestampTz deadline,
+				 bool *waited)
+{
+	ZkLockNode	node;
+	volatile ZkrResult result = ZKR_BUSY;
+
+	ensure_tables();
+	zksh_wait_begin(parent, false, true, xact);
+	PG_TRY();
+	{
+		result = zkr_acquire(parent, false, slots, NULL, data, wait, deadline,
+							 &node, waited);
+	}
+	PG_FINALLY();
+	{
+		zksh_wait_end();
+	}
+	PG_END_TRY();
+	if (result != ZKR_GRANTED)
+		return result;
+
+	/* Should the slot not be recorded, its node goes at once. */
+	PG_TRY();
+	{
+		LockEntry  *entry = enter(holds, node.path, name);
+		HoldMode   *mode = &entry->modes[0];
+
+		entry->semaphore = true;
+		mode->node = node;
+		reserve_subids(mode, 1);
+		mode->since = GetCurrentTimestamp();
+		mode->contact_epoch = zks_contact_epoch();
+		add_hold(mode, xact);
+	}
+	PG_CATCH();
+	{
+		LockEntry  *entry = find_in(holds, node.path);
+
+		if (entry)
+			remove_entry(holds, entry);
+		if (!zkr_release(node.path))
+			zks_close();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	show_holds();
+	return result;
+}
+
+/* Is an entry a slot of the semaphore under parent? */
+static bool
+is_slot_of(const LockEntry *entry, const char *parent)
+{
+	size_t		len = strlen(parent);
+
+	return entry->semaphore && strncmp(entry->key, parent, len) == 0 &&
+		entry->key[len] == '/';
+}
+
+/*
+ * The newest slot this backend holds at session level of the semaphore
+ * under parent, in table; NULL if none.
+ */
+static LockEntry *
+newest_session_slot(HTAB *table, const char *parent)
+{
+	HASH_SEQ_STATUS status;
+	LockEntry  *entry;
+	LockEntry  *newest = NULL;
+
+	if (table == NULL)
+		return NULL;
+	hash_seq_init(&status, table);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		if (is_slot_of(entry, parent) && entry->modes[0].session_count > 0 &&
+			(newest == NULL ||
+			 entry->modes[0].node.czxid > newest->modes[0].node.czxid))
+			newest = entry;
+	return newest;
+}
+
+/*
+ * Release one session-level slot of the semaphore under parent, the newest;
+ * false with a WARNING if there is none, or it was lost.
+ */
+bool
+zkh_release_slot(const char *parent, const char *name)
+{
+	LockEntry  *entry = newest_session_slot(lost_holds, parent);
+
+	if (entry)
+	{
+		entry->modes[0].session_count--;
+		settle(lost_holds, entry);
+		show_holds();
+		ereport(WARNING,
+				(errmsg("zklock semaphore \"%s\" lost a slot with the ZooKeeper session",
+						name),
+				 errhint("Another client may have held it since the loss.")));
+		return false;
+	}
+	entry = newest_session_slot(holds, parent);
+	if (entry == NULL)
+	{
+		ereport(WARNING,
+				(errmsg("zklock semaphore \"%s\" has no slot held at session level by this backend",
+						name)));
+		return false;
+	}
+	entry->modes[0].session_count--;
+	settle(holds, entry);
+	show_holds();
+	finish_releases(true);
+	return true;
+}
+
+/*
+ * The fencing token of this backend's oldest slot of the semaphore under
+ * parent, or 0 if it holds none.
+ */
+int64
+zkh_slot_token(const char *parent)
+{
+	HASH_SEQ_STATUS status;
+	LockEntry  *entry;
+	int64		token = 0;
+
+	if (holds == NULL)
+		return 0;
+	hash_seq_init(&status, holds);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		if (is_slot_of(entry, parent) && is_held(entry) &&
+			(token == 0 || entry->modes[0].node.czxid < token))
+			token = entry->modes[0].node.czxid;
+	return token;
+}
+
+/* Is this node (a path) one of this backend's slots? */
+bool
+zkh_owns_slot(const char *path)
+{
+	return find_in(holds, path) != NULL;
 }
 
 /* Is this child of parent one of this backend's nodes? */
@@ -677,6 +885,7 @@ zkh_rows(ZkHoldRow **rows_out)
 						continue;
 					rows[n].name = entry->name;
 					rows[n].shared = m;
+					rows[n].semaphore = entry->semaphore;
 					rows[n].xact = scope;
 					rows[n].count = count;
 					rows[n].lost = (t == 1);

@@ -27,6 +27,7 @@ typedef struct ZkHoldRow
 {
 	const char *name;
 	bool		shared;
+	bool		semaphore;		/* a semaphore's slot */
 	bool		xact;
 	int			count;
 	bool		lost;
@@ -39,6 +40,14 @@ extern bool zkh_add_if_held(const char *parent, bool shared, bool xact);
 extern ZkrResult zkh_acquire(const char *parent, const char *name,
 							 bool shared, bool xact, const char *data,
 							 bool wait, TimestampTz deadline, bool *waited);
+extern void zkh_undo_hold(const char *parent, bool shared, bool xact);
+extern ZkrResult zkh_acquire_slot(const char *parent, const char *name,
+								  int slots, bool xact, const char *data,
+								  bool wait, TimestampTz deadline,
+								  bool *waited);
+extern bool zkh_release_slot(const char *parent, const char *name);
+extern int64 zkh_slot_token(const char *parent);
+extern bool zkh_owns_slot(const char *path);
 extern bool zkh_release_session_hold(const char *parent, bool shared,
 									 const char *name);
 extern void zkh_release_all_session_holds(void);

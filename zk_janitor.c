@@ -36,8 +36,7 @@
 typedef struct JanitorTask
 {
 	struct JanitorTask *next;
-	bool		sweep;			/* list path, delete children of guid and mode */
-	bool		shared;			/* the mode of a sweep */
+	bool		sweep;			/* list path, delete the children of guid */
 	bool		dormant;		/* a held node: deleted on release or loss */
 	bool		in_flight;
 	bool		orphaned;		/* dropped from the list; its completion frees it */
@@ -227,7 +226,7 @@ janitor_sweep_done(int rc, const struct String_vector *children,
 			JanitorTask *task = NULL;
 			char	   *path;
 
-			if (!zkn_is_node_of(children->data[i], sweep->guid, sweep->shared))
+			if (!zkn_has_guid(children->data[i], sweep->guid))
 				continue;
 			path = malloc(strlen(sweep->path) + strlen(children->data[i]) + 2);
 			if (path != NULL && nfound < (int) lengthof(found))
@@ -344,7 +343,6 @@ janitor_send(zhandle_t *handle, JanitorTask *task)
 				*link = task->next;
 				if (copy)
 				{
-					copy->shared = task->shared;
 					janitor_push_locked(copy);
 					copy = NULL;
 				}
@@ -463,11 +461,10 @@ zks_send_pending_deletes(void)
 
 /* Delete every child of parent made with this guid for this mode, likewise. */
 void
-zks_sweep_later(const char *parent, const char *guid, bool shared)
+zks_sweep_later(const char *parent, const char *guid)
 {
 	JanitorTask *task = janitor_new_task_or_error(true, parent, guid);
 
-	task->shared = shared;
 	pthread_mutex_lock(&zks_mutex);
 	janitor_push_locked(task);
 	pthread_mutex_unlock(&zks_mutex);

@@ -261,6 +261,7 @@ zkn_parse_contender(const char *child, ZknContender *contender)
 	}
 	contender->sequence = 0;
 	contender->shared = false;
+	contender->slots = 0;
 	if (best_end == 0)
 		contender->form = ZKN_NOT_CONTENDER;
 	else
@@ -286,6 +287,55 @@ zkn_is_node_of(const char *child, const char *guid, bool shared)
 	return strncmp(child, "_c_", 3) == 0 &&
 		strncmp(child + 3, guid, ZKN_GUID_LEN) == 0 &&
 		strncmp(child + 3 + ZKN_GUID_LEN, marker, strlen(marker)) == 0;
+}
+
+/*
+ * A semaphore's contender: "_c_<uuid>-sem<N>-<sequence>", one node per
+ * slot, N the size its caller asked for (1 to ZKN_SLOTS_MAX).  Semaphores
+ * live apart from locks, under names no other client uses; a child that
+ * does not read so is not a contender.
+ */
+ZknForm
+zkn_parse_slot(const char *child, ZknContender *contender)
+{
+	const char *p = child + 3 + ZKN_GUID_LEN;
+	int64_t		slots;
+	size_t		digits;
+
+	contender->form = ZKN_NOT_CONTENDER;
+	contender->shared = false;
+	contender->sequence = 0;
+	contender->slots = 0;
+	if (strncmp(child, "_c_", 3) != 0 ||
+		strnlen(child, 3 + ZKN_GUID_LEN + 4) < 3 + ZKN_GUID_LEN + 4 ||
+		strncmp(p, "-sem", 4) != 0)
+		return ZKN_NOT_CONTENDER;
+	p += 4;
+	digits = strspn(p, "0123456789");
+	if (digits == 0 || digits > 5 || p[digits] != '-' ||
+		!parse_digits(p, digits, &slots) || slots < 1 || slots > ZKN_SLOTS_MAX)
+		return ZKN_NOT_CONTENDER;
+	contender->slots = (int32_t) slots;
+	contender->form = parse_sequence(p + digits + 1, &contender->sequence);
+	return contender->form;
+}
+
+/* Was this child created by the acquisition of this uuid, whatever it is? */
+bool
+zkn_has_guid(const char *child, const char *guid)
+{
+	return strncmp(child, "_c_", 3) == 0 &&
+		strncmp(child + 3, guid, ZKN_GUID_LEN) == 0 &&
+		child[3 + ZKN_GUID_LEN] == '-';
+}
+
+/* Was this semaphore contender created with this uuid? */
+bool
+zkn_is_slot_of(const char *child, const char *guid)
+{
+	return strncmp(child, "_c_", 3) == 0 &&
+		strncmp(child + 3, guid, ZKN_GUID_LEN) == 0 &&
+		strncmp(child + 3 + ZKN_GUID_LEN, "-sem", 4) == 0;
 }
 
 /*

@@ -52,10 +52,17 @@ typedef struct ZknContender
 	ZknForm		form;
 	bool		shared;			/* a reader; never for ZKN_MALFORMED */
 	int32_t		sequence;		/* for ZKN_SEQUENCED and ZKN_WRAPPED */
+	int32_t		slots;			/* a semaphore's size as asked; 0 for locks */
 } ZknContender;
+
+/* The largest semaphore size accepted. */
+#define ZKN_SLOTS_MAX		10000
 
 extern ZknForm zkn_parse_contender(const char *child, ZknContender *contender);
 extern bool zkn_is_node_of(const char *child, const char *guid, bool shared);
+extern bool zkn_has_guid(const char *child, const char *guid);
+extern ZknForm zkn_parse_slot(const char *child, ZknContender *contender);
+extern bool zkn_is_slot_of(const char *child, const char *guid);
 
 /* The holder identity zklock writes as node data. */
 typedef struct ZknIdentity

@@ -28,6 +28,7 @@
 
 PG_FUNCTION_INFO_V1(zk_locks);
 PG_FUNCTION_INFO_V1(zk_lock_contenders);
+PG_FUNCTION_INFO_V1(zk_semaphore_contenders);
 PG_FUNCTION_INFO_V1(zk_blockers);
 PG_FUNCTION_INFO_V1(zk_status);
 PG_FUNCTION_INFO_V1(zk_stat_locks);
@@ -74,12 +75,18 @@ shown_name(const char *utf8)
 
 #define ZK_LOCKS_COLUMNS	11
 
-/* One row of zk_locks; scope NULL and holds 0 for a wait. */
+static const char *
+mode_name(bool shared, bool semaphore)
+{
+	return semaphore ? "semaphore" : shared ? "shared" : "exclusive";
+}
+
+/* One row of zk_locks; holds 0 for a wait. */
 static void
 put_lock_row(ReturnSetInfo *rsinfo, int pid, Oid database, Datum name,
-			 bool shared, const char *scope, int count, const char *state,
-			 const char *node, int64 token, TimestampTz held_since,
-			 TimestampTz waiting_since)
+			 const char *mode, const char *scope, int count,
+			 const char *state, const char *node, int64 token,
+			 TimestampTz held_since, TimestampTz waiting_since)
 {
 	Datum		values[ZK_LOCKS_COLUMNS];
 	bool		nulls[ZK_LOCKS_COLUMNS] = {0};
@@ -87,7 +94,7 @@ put_lock_row(ReturnSetInfo *rsinfo, int pid, Oid database, Datum name,
 	values[0] = Int32GetDatum(pid);
 	values[1] = ObjectIdGetDatum(database);
 	values[2] = name;
-	values[3] = CStringGetTextDatum(shared ? "shared" : "exclusive");
+	values[3] = CStringGetTextDatum(mode);
 	values[4] = CStringGetTextDatum(scope);
 	values[5] = Int32GetDatum(count);
 	values[6] = CStringGetTextDatum(state);
@@ -139,7 +146,8 @@ zk_locks(PG_FUNCTION_ARGS)
 	}
 	for (i = 0; i < n; i++)
 		put_lock_row(rsinfo, MyProcPid, MyDatabaseId,
-					 CStringGetTextDatum(rows[i].name), rows[i].shared,
+					 CStringGetTextDatum(rows[i].name),
+					 mode_name(rows[i].shared, rows[i].semaphore),
 					 rows[i].xact ? "transaction" : "session", rows[i].count,
 					 rows[i].lost ? "lost" : live_state, rows[i].node,
 					 rows[i].token, rows[i].since, 0);
@@ -158,7 +166,8 @@ zk_locks(PG_FUNCTION_ARGS)
 
 			if (count > 0)
 				put_lock_row(rsinfo, h->pid, h->database, shown_name(h->name),
-							 h->shared, scope ? "transaction" : "session",
+							 mode_name(h->shared, h->semaphore),
+							 scope ? "transaction" : "session",
 							 count, h->lost ? "lost" : "held", h->node,
 							 h->token, h->since, 0);
 		}
@@ -170,7 +179,8 @@ zk_locks(PG_FUNCTION_ARGS)
 
 		if (w->pid != MyProcPid)
 			put_lock_row(rsinfo, w->pid, w->database, shown_name(w->name),
-						 w->shared, w->xact ? "transaction" : "session", 0,
+						 mode_name(w->shared, w->semaphore),
+						 w->xact ? "transaction" : "session", 0,
 						 "waiting", w->node, 0, 0, w->since);
 	}
 	PG_RETURN_VOID();
@@ -254,7 +264,7 @@ release_queue(Queue *q)
  * the listing is left out.  On an ERROR the caller releases the queue.
  */
 static void
-read_queue(const char *parent, TimestampTz deadline, Queue *q)
+read_queue(const char *parent, bool semaphore, TimestampTz deadline, Queue *q)
 {
 	int			nchildren;
 	int			kept = 0;
@@ -278,7 +288,8 @@ read_queue(const char *parent, TimestampTz deadline, Queue *q)
 		ZkqEntry   *e = &q->entries[q->n];
 		char	   *path;
 
-		if (zkn_parse_contender(child, &e->contender) == ZKN_NOT_CONTENDER)
+		if ((semaphore ? zkn_parse_slot(child, &e->contender) :
+			 zkn_parse_contender(child, &e->contender)) == ZKN_NOT_CONTENDER)
 			continue;
 		e->name = child;
 		path = psprintf("%s/%s", parent, child);
@@ -301,8 +312,9 @@ read_queue(const char *parent, TimestampTz deadline, Queue *q)
 		kept++;
 	}
 	q->n = kept;
-	if (!zkq_describe(q->entries, q->n, zkq_needs_czxid(q->entries, q->n),
-					  q->order, q->holds))
+	if (!(semaphore ? zkq_slot_describe : zkq_describe) (q->entries, q->n,
+														 zkq_needs_czxid(q->entries, q->n),
+														 q->order, q->holds))
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("out of memory")));
@@ -347,9 +359,12 @@ put_contender(ReturnSetInfo *rsinfo, const char *parent, const Queue *q,
 
 	values[0] = Int32GetDatum(position);
 	values[1] = CStringGetTextDatum(data_as_text(e->name, strlen(e->name)));
-	values[2] = CStringGetTextDatum(e->contender.shared ? "shared" : "exclusive");
-	/* This backend's own nodes never block each other. */
-	values[3] = BoolGetDatum(q->holds[i] || zkh_owns_node(parent, e->name));
+	values[2] = CStringGetTextDatum(mode_name(e->contender.shared,
+											  e->contender.slots > 0));
+	/* This backend's own lock nodes never block each other. */
+	values[3] = BoolGetDatum(q->holds[i] ||
+							 (e->contender.slots == 0 &&
+							  zkh_owns_node(parent, e->name)));
 	values[4] = CStringGetTextDatum(client_of(e->name, is_zklock));
 	values[6] = Int64GetDatum(q->reads[i]->stat.czxid);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
@@ -361,8 +376,8 @@ put_contender(ReturnSetInfo *rsinfo, const char *parent, const Queue *q,
  * made it, who holds or waits (decoded for zklock, raw for others) and the
  * node's czxid, the fencing token it carries.
  */
-Datum
-zk_lock_contenders(PG_FUNCTION_ARGS)
+static void
+contenders(FunctionCallInfo fcinfo, bool semaphore)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	char		parent[ZKR_PARENT_MAX];
@@ -370,7 +385,10 @@ zk_lock_contenders(PG_FUNCTION_ARGS)
 	TimestampTz deadline;
 	Queue		q = {0};
 
-	zkl_get_lock_parent(fcinfo, parent, &name);
+	if (semaphore)
+		zkl_get_semaphore_parent(fcinfo, parent, &name);
+	else
+		zkl_get_lock_parent(fcinfo, parent, &name);
 	InitMaterializedSRF(fcinfo, 0);
 	zkl_check_session();
 	zks_open();
@@ -380,7 +398,7 @@ zk_lock_contenders(PG_FUNCTION_ARGS)
 	{
 		int			i;
 
-		read_queue(parent, deadline, &q);
+		read_queue(parent, semaphore, deadline, &q);
 		for (i = 0; i < q.n; i++)
 			put_contender(rsinfo, parent, &q, q.order[i], i + 1);
 	}
@@ -389,6 +407,20 @@ zk_lock_contenders(PG_FUNCTION_ARGS)
 		release_queue(&q);
 	}
 	PG_END_TRY();
+}
+
+Datum
+zk_lock_contenders(PG_FUNCTION_ARGS)
+{
+	contenders(fcinfo, false);
+	PG_RETURN_VOID();
+}
+
+/* The same for a semaphore: its slots, holding and waiting. */
+Datum
+zk_semaphore_contenders(PG_FUNCTION_ARGS)
+{
+	contenders(fcinfo, true);
 	PG_RETURN_VOID();
 }
 
@@ -440,7 +472,7 @@ zk_blockers(PG_FUNCTION_ARGS)
 		int			own = -1;
 		int			i;
 
-		read_queue(parent, deadline, &q);
+		read_queue(parent, wait.semaphore, deadline, &q);
 		for (i = 0; i < q.n; i++)
 			if (strcmp(q.entries[i].name, node) == 0)
 				own = i;
@@ -533,8 +565,8 @@ Datum
 zk_status(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
-	Datum		values[12];
-	bool		nulls[12] = {0};
+	Datum		values[13];
+	bool		nulls[13] = {0};
 	const char *server = zks_is_open() ? zks_current_server() : NULL;
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
@@ -560,6 +592,7 @@ zk_status(PG_FUNCTION_ARGS)
 	values[9] = Int64GetDatum(zk_stats.cancellations);
 	values[10] = Int64GetDatum(zkh_losses());
 	values[11] = Int64GetDatum(zkd_deadlocks());
+	values[12] = BoolGetDatum(zks_uses_tls());
 
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

@@ -368,3 +368,120 @@ zkq_describe(const ZkqEntry *entries, int n, bool by_czxid, int *order,
 	free(ignore);
 	return true;
 }
+
+/*
+ * Semaphores.  A semaphore's contenders are its slots, one node each, and
+ * stand in creation order (no places: a backend's slots are separate
+ * holders).  The contender at position k holds a slot when fewer than
+ * limit(k) contenders stand ahead of it, limit(k) being the smallest size
+ * asked by it and by every contender ahead of it: so callers that disagree
+ * on the size never see more holders than any of them asked for.  Holders
+ * are then a prefix of the queue.
+ *
+ * Nobody is woken for nothing: the first waiter (every contender ahead of
+ * it holds) watches all of them, since any of them leaving frees its slot;
+ * every other waiter watches only its predecessor, which tells it, by a
+ * change of its data, when it has taken a slot and so made it the first
+ * waiter (zk_recipe.c).
+ */
+
+static int
+by_creation(const ZkqEntry *entries, int a, int b, bool by_czxid)
+{
+	return created_order(&entries[a], &entries[b], by_czxid);
+}
+
+/* Positions in creation order: order[k] is the k-th contender. */
+static int *
+creation_order(const ZkqEntry *entries, int n, bool by_czxid)
+{
+	int		   *order = malloc((n > 0 ? n : 1) * sizeof(int));
+	int			i,
+				j;
+
+	if (order == NULL)
+		return NULL;
+	for (i = 0; i < n; i++)
+	{
+		/* Insertion sort: queues are short. */
+		for (j = i; j > 0 && by_creation(entries, order[j - 1], i, by_czxid) > 0; j--)
+			order[j] = order[j - 1];
+		order[j] = i;
+	}
+	return order;
+}
+
+/* Which contenders hold a slot: holds[i] for the contender at index i. */
+static void
+slot_holders(const ZkqEntry *entries, int n, const int *order, bool *holds)
+{
+	int32_t		limit = ZKN_SLOTS_MAX;
+	int			k;
+
+	for (k = 0; k < n; k++)
+	{
+		const ZknContender *c = &entries[order[k]].contender;
+
+		if (c->slots > 0 && c->slots < limit)
+			limit = c->slots;
+		holds[order[k]] = k < limit;
+	}
+}
+
+/*
+ * Does the semaphore contender at own hold a slot, or must it wait?  When
+ * it waits, watch[0 .. *nwatch - 1] are the contenders to watch.
+ */
+ZkqVerdict
+zkq_slot_decide(const ZkqEntry *entries, int n, int own, bool by_czxid,
+				int *watch, int *nwatch)
+{
+	int		   *order = creation_order(entries, n, by_czxid);
+	bool	   *holds = malloc((n > 0 ? n : 1) * sizeof(bool));
+	ZkqVerdict	verdict = ZKQ_HOLDS;
+	int			k;
+
+	*nwatch = 0;
+	if (order == NULL || holds == NULL)
+	{
+		free(order);
+		free(holds);
+		return ZKQ_NO_MEMORY;
+	}
+	slot_holders(entries, n, order, holds);
+	if (!holds[own])
+	{
+		verdict = ZKQ_WAIT;
+		for (k = 0; order[k] != own; k++)
+			;
+		if (holds[order[k - 1]])
+		{
+			/* The first waiter: every contender ahead holds. */
+			for (*nwatch = 0; *nwatch < k; (*nwatch)++)
+				watch[*nwatch] = order[*nwatch];
+		}
+		else
+		{
+			watch[0] = order[k - 1];
+			*nwatch = 1;
+		}
+	}
+	free(order);
+	free(holds);
+	return verdict;
+}
+
+/* For showing a semaphore's queue: as zkq_describe for a lock's. */
+bool
+zkq_slot_describe(const ZkqEntry *entries, int n, bool by_czxid, int *order,
+				  bool *holds)
+{
+	int		   *sorted = creation_order(entries, n, by_czxid);
+
+	if (sorted == NULL)
+		return false;
+	memcpy(order, sorted, n * sizeof(int));
+	slot_holders(entries, n, sorted, holds);
+	free(sorted);
+	return true;
+}

@@ -48,5 +48,9 @@ extern int	zkq_blockers(const ZkqEntry *entries, int n, int own,
 						 bool by_czxid, int *blockers);
 extern bool zkq_describe(const ZkqEntry *entries, int n, bool by_czxid,
 						 int *order, bool *holds);
+extern ZkqVerdict zkq_slot_decide(const ZkqEntry *entries, int n, int own,
+								  bool by_czxid, int *watch, int *nwatch);
+extern bool zkq_slot_describe(const ZkqEntry *entries, int n, bool by_czxid,
+							  int *order, bool *holds);
 
 #endif							/* ZK_QUEUE_H */

@@ -58,6 +58,7 @@ typedef struct Acquisition
 	ZkLockNode *node;			/* path[0] is '\0' until a node is ours */
 	const char *data;			/* the node data: who holds */
 	bool		shared;
+	int			slots;			/* a semaphore's size as asked; 0: a lock */
 	TimestampTz deadline;		/* 0: none */
 	bool		waited;			/* had to wait behind another contender */
 	TimestampTz deadlock_check_at;	/* 0: no deadlock check due */
@@ -71,6 +72,9 @@ typedef struct Acquisition
 	int			nstats;
 	ZkRequest  *path_creates[MAX_PATH_DEPTH];
 	int			npath_creates;
+	char	  **watched;		/* a semaphore's first waiter: its watches */
+	int			nwatched;
+	bool		followed;		/* someone queued behind our node */
 } Acquisition;
 
 static bool
@@ -221,8 +225,28 @@ static void
 new_attempt(Acquisition *acq, const char *owner)
 {
 	make_guid(acq->guid, owner);
-	snprintf(acq->prefix, sizeof(acq->prefix), "%s/_c_%s-%slock-",
-			 acq->parent, acq->guid, acq->shared ? "read-" : "");
+	if (acq->slots > 0)
+		snprintf(acq->prefix, sizeof(acq->prefix), "%s/_c_%s-sem%d-",
+				 acq->parent, acq->guid, acq->slots);
+	else
+		snprintf(acq->prefix, sizeof(acq->prefix), "%s/_c_%s-%slock-",
+				 acq->parent, acq->guid, acq->shared ? "read-" : "");
+}
+
+/* Read a child of our parent as a lock's or a semaphore's contender. */
+static ZknForm
+parse_child(Acquisition *acq, const char *child, ZknContender *contender)
+{
+	return acq->slots > 0 ? zkn_parse_slot(child, contender) :
+		zkn_parse_contender(child, contender);
+}
+
+/* Is this child a node of this attempt? */
+static bool
+is_ours(Acquisition *acq, const char *child)
+{
+	return acq->slots > 0 ? zkn_is_slot_of(child, acq->guid) :
+		zkn_is_node_of(child, acq->guid, acq->shared);
 }
 
 static const char *
@@ -305,8 +329,8 @@ find_own_node(Acquisition *acq)
 		ZknContender contender;
 
 		/* Any second node of ours is deleted as a stray when listed. */
-		if (zkn_is_node_of(child, acq->guid, acq->shared) &&
-			zkn_parse_contender(child, &contender) != ZKN_NOT_CONTENDER &&
+		if (is_ours(acq, child) &&
+			parse_child(acq, child, &contender) != ZKN_NOT_CONTENDER &&
 			strlen(acq->parent) + 1 + strlen(child) < sizeof(found))
 			snprintf(found, sizeof(found), "%s/%s", acq->parent, child);
 	}
@@ -414,9 +438,9 @@ parse_listing(Acquisition *acq, ZkqEntry *entries)
 		const char *child = acq->list->children[i];
 		ZkqEntry   *e = &entries[n];
 
-		if (zkn_parse_contender(child, &e->contender) == ZKN_NOT_CONTENDER)
+		if (parse_child(acq, child, &e->contender) == ZKN_NOT_CONTENDER)
 			continue;
-		if (zkn_is_node_of(child, acq->guid, acq->shared) &&
+		if (is_ours(acq, child) &&
 			strcmp(child, basename_of(acq->node->path)) != 0)
 		{
 			char	   *stray = psprintf("%s/%s", acq->parent, child);
@@ -494,19 +518,19 @@ read_czxids(Acquisition *acq, ZkqEntry *entries, int *n, int own)
 
 /*
  * From the listing in acq->list, decide by the queue rules (zk_queue.c)
- * whether we hold the lock, must wait (for *predecessor, a palloc'd path)
- * or must queue again.  Returns false if the listing must be taken again,
+ * whether we hold the lock, must wait (for the nodes whose palloc'd paths
+ * are in *watches: the predecessor, or every holder for the first waiter
+ * of a semaphore) or must queue again.  Returns false if the listing must be taken again,
  * or at the deadline (timed_out set).
  */
 static bool
-decide(Acquisition *acq, ZkqVerdict *verdict, char **predecessor)
+decide(Acquisition *acq, ZkqVerdict *verdict, char ***watches, int *nwatch)
 {
 	ZkqEntry   *entries = palloc(Max(acq->list->nchildren, 1) * sizeof(ZkqEntry));
 	const char *own_name = basename_of(acq->node->path);
 	int			n = parse_listing(acq, entries);
 	int			own = -1;
 	bool		by_czxid;
-	int			watch = -1;
 	int			i;
 	Reading		reading = READ_DONE;
 
@@ -528,21 +552,128 @@ decide(Acquisition *acq, ZkqVerdict *verdict, char **predecessor)
 			if (strcmp(entries[i].name, own_name) == 0)
 				own = i;
 	}
-	*predecessor = NULL;
+	*nwatch = 0;
 	if (reading == READ_DONE)
 	{
-		*verdict = zkq_decide(entries, n, own, by_czxid, &watch);
+		int		   *watch = palloc(Max(n, 1) * sizeof(int));
+
+		if (acq->slots > 0)
+		{
+			*verdict = zkq_slot_decide(entries, n, own, by_czxid, watch, nwatch);
+			acq->followed = false;
+			for (i = 0; i < n; i++)
+				acq->followed |= i != own &&
+					(by_czxid ? entries[i].czxid > entries[own].czxid :
+					 entries[i].contender.sequence > entries[own].contender.sequence);
+		}
+		else
+		{
+			*verdict = zkq_decide(entries, n, own, by_czxid, watch);
+			*nwatch = *verdict == ZKQ_WAIT ? 1 : 0;
+		}
 		if (*verdict == ZKQ_NO_MEMORY)
 			ereport(ERROR,
 					(errcode(ERRCODE_OUT_OF_MEMORY),
 					 errmsg("out of memory")));
-		if (*verdict == ZKQ_WAIT)
-			*predecessor = psprintf("%s/%s", acq->parent, entries[watch].name);
+		*watches = palloc(Max(*nwatch, 1) * sizeof(char *));
+		for (i = 0; i < *nwatch; i++)
+			(*watches)[i] = psprintf("%s/%s", acq->parent, entries[watch[i]].name);
+		pfree(watch);
 	}
 	pfree(entries);
 	if (reading == READ_TIMED_OUT)
 		acq->timed_out = true;
 	return reading == READ_DONE;
+}
+
+/* Take back the watches left on a semaphore's holders. */
+static void
+unwatch_all(Acquisition *acq)
+{
+	int			i;
+
+	for (i = 0; i < acq->nwatched; i++)
+	{
+		zks_remove_watch(acq->watched[i]);
+		pfree(acq->watched[i]);
+	}
+	acq->nwatched = 0;
+}
+
+/*
+ * As a semaphore's first waiter, watch every holder (the paths in watches,
+ * which we take over) and wait until one goes.  Returns false at the
+ * deadline.
+ */
+static bool
+watch_all(Acquisition *acq, char **watches, int nwatch)
+{
+	uint64		generation = zks_watch_generation();
+	bool		gone = false;
+	bool		disconnected = false;
+	int			i;
+
+	unwatch_all(acq);
+	acq->watched = watches;
+	acq->stats = palloc0(nwatch * sizeof(ZkRequest *));
+	acq->nstats = nwatch;
+	for (i = 0; i < nwatch; i++)
+		acq->stats[i] = zks_watch_data(watches[i]);
+	acq->nwatched = nwatch;
+	for (i = 0; i < nwatch; i++)
+	{
+		int			rc;
+
+		if (!await_reply(acq, acq->stats[i]))
+			return false;
+		rc = acq->stats[i]->rc;
+		if (rc == ZNONODE)
+			gone = true;
+		else if (is_retryable(rc))
+			disconnected = true;
+		else if (rc != ZOK)
+			zks_report_error(rc, "watch", watches[i]);
+	}
+	release_stats(acq);
+	/* One went already, or the connection did: list again. */
+	if (disconnected)
+		return await_connected(acq);
+	if (gone)
+		return true;
+	return await_watch(acq, generation);
+}
+
+/*
+ * We hold a slot of a semaphore.  Take back the watches on the holders we
+ * watched as the first waiter, and, if someone queued behind us while we
+ * waited, change our node's data: that waiter watches it, and is now the
+ * first waiter.  Returns false at the deadline.
+ */
+static bool
+hand_on(Acquisition *acq)
+{
+	unwatch_all(acq);
+	while (acq->waited && acq->followed)
+	{
+		ZkRequest  *set = zks_set_data(acq->node->path, acq->data,
+									   strlen(acq->data));
+		int			rc;
+
+		if (!await_reply(acq, set))
+		{
+			release_request(&set);
+			return false;
+		}
+		rc = set->rc;
+		release_request(&set);
+		if (rc == ZOK)
+			break;
+		if (!is_retryable(rc))
+			zks_report_error(rc, "set the data of", acq->node->path);
+		if (!await_connected(acq))
+			return false;
+	}
+	return true;
 }
 
 /*
@@ -554,7 +685,8 @@ wait_in_queue(Acquisition *acq, bool wait)
 {
 	for (;;)
 	{
-		char	   *predecessor;
+		char	  **watches;
+		int			nwatch;
 		ZkqVerdict	verdict;
 		uint64		generation;
 		int			rc;
@@ -577,7 +709,7 @@ wait_in_queue(Acquisition *acq, bool wait)
 				return false;
 			continue;
 		}
-		if (!decide(acq, &verdict, &predecessor))
+		if (!decide(acq, &verdict, &watches, &nwatch))
 		{
 			release_request(&acq->list);
 			if (acq->timed_out || !await_connected(acq))
@@ -586,12 +718,17 @@ wait_in_queue(Acquisition *acq, bool wait)
 		}
 		release_request(&acq->list);
 		if (verdict == ZKQ_HOLDS)
-			return true;
+			return acq->slots == 0 || hand_on(acq);
 		if (!wait)
-		{
-			if (predecessor)
-				pfree(predecessor);
 			return false;
+		if (nwatch > 1)
+		{
+			/* A semaphore's first waiter: any holder's going frees a slot. */
+			acq->waited = true;
+			zksh_wait_node(acq->node->path);
+			if (!watch_all(acq, watches, nwatch))
+				return false;
+			continue;
 		}
 		if (verdict == ZKQ_REQUEUE)
 		{
@@ -605,7 +742,7 @@ wait_in_queue(Acquisition *acq, bool wait)
 						 errmsg("out of memory")));
 			acq->node->path[0] = '\0';
 			if (acq->reply_lost)
-				zks_sweep_later(acq->parent, acq->guid, acq->shared);
+				zks_sweep_later(acq->parent, acq->guid);
 			acq->reply_lost = false;
 			new_attempt(acq, NULL);
 			if (!create_node(acq))
@@ -613,12 +750,18 @@ wait_in_queue(Acquisition *acq, bool wait)
 			continue;
 		}
 
-		/* A get-data watch: an exists watch on a gone node would linger. */
+		/*
+		 * A get-data watch: an exists watch on a gone node would linger; and
+		 * a semaphore's waiter learns by a change of its predecessor's data
+		 * that it has become the first waiter.  Only lock waits take part
+		 * in deadlock detection.
+		 */
 		acq->waited = true;
-		start_deadlock_timer(acq);
+		if (acq->slots == 0)
+			start_deadlock_timer(acq);
 		zksh_wait_node(acq->node->path);
 		generation = zks_watch_generation();
-		acq->watch = zks_watch_then_list(predecessor, acq->parent);
+		acq->watch = zks_watch_then_list(watches[0], acq->parent);
 		if (!await_reply(acq, acq->watch))
 			return false;
 		rc = acq->watch->rc;
@@ -634,8 +777,8 @@ wait_in_queue(Acquisition *acq, bool wait)
 				return false;
 		}
 		else if (rc != ZNONODE)
-			zks_report_error(rc, "watch", predecessor);
-		pfree(predecessor);
+			zks_report_error(rc, "watch", watches[0]);
+		pfree(watches[0]);
 	}
 }
 
@@ -655,13 +798,14 @@ abandon(Acquisition *acq)
 	for (i = 0; i < acq->npath_creates; i++)
 		release_request(&acq->path_creates[i]);
 	zkd_withdraw(&acq->published);
+	unwatch_all(acq);
 
 	if (acq->node->path[0] != '\0' && !zks_delete_later(acq->node->path))
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("out of memory")));
 	if (acq->reply_lost)
-		zks_sweep_later(acq->parent, acq->guid, acq->shared);
+		zks_sweep_later(acq->parent, acq->guid);
 	acq->node->path[0] = '\0';
 	zkr_wait_released();
 }
@@ -669,15 +813,16 @@ abandon(Acquisition *acq)
 /*
  * Acquire the lock whose contenders live under parent, in shared or
  * exclusive mode; other_node is this backend's node of the other mode on
- * the same parent, if it has one.  With wait
- * false, give up at once if another contender is ahead; otherwise wait
- * until the deadline (0: none).  Either way, talking to ZooKeeper ends at
- * the deadline.  On ZKR_GRANTED the node is filled in.
+ * the same parent, if it has one.  With slots > 0, acquire instead one
+ * slot of the semaphore of that size under parent.  With wait false, give
+ * up at once if another contender is ahead; otherwise wait until the
+ * deadline (0: none).  Either way, talking to ZooKeeper ends at the
+ * deadline.  On ZKR_GRANTED the node is filled in.
  */
 ZkrResult
-zkr_acquire(const char *parent, bool shared, const char *other_node,
-			const char *data, bool wait, TimestampTz deadline,
-			ZkLockNode *node, bool *waited)
+zkr_acquire(const char *parent, bool shared, int slots,
+			const char *other_node, const char *data, bool wait,
+			TimestampTz deadline, ZkLockNode *node, bool *waited)
 {
 	/* In palloc'd memory: the error path reads what the wait wrote. */
 	Acquisition *acq = palloc0(sizeof(Acquisition));
@@ -686,6 +831,7 @@ zkr_acquire(const char *parent, bool shared, const char *other_node,
 	acq->parent = parent;
 	acq->node = node;
 	acq->shared = shared;
+	acq->slots = slots;
 	acq->deadline = deadline;
 	acq->data = data;
 	node->path[0] = '\0';

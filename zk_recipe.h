@@ -17,12 +17,16 @@
 /* Longest zklock.root accepted, in bytes. */
 #define ZKR_ROOT_MAX		200
 
-/* Longest lock parent path: <root>/<encoded name>. */
-#define ZKR_PARENT_MAX		(ZKR_ROOT_MAX + 1 + ZKN_ENCODED_MAX)
+/*
+ * Longest lock parent path: <root>/<encoded name>, or, for a semaphore,
+ * <root>/%semaphores/<encoded name>.
+ */
+#define ZKR_PARENT_MAX		(ZKR_ROOT_MAX + 1 + 12 + ZKN_ENCODED_MAX)
 
 /*
  * Longest contender path: <parent>/_c_<guid>-read-lock-<sequence>, where a
- * wrapped sequence takes 11 characters.
+ * wrapped sequence takes 11 characters (a semaphore's "-sem<N>-" is no
+ * longer than "-read-lock-").
  */
 #define ZKR_NODE_MAX		(ZKR_PARENT_MAX + 4 + ZKN_GUID_LEN + 11 + 11)
 
@@ -42,7 +46,7 @@ typedef struct ZkLockNode
 	int64		czxid;
 } ZkLockNode;
 
-extern ZkrResult zkr_acquire(const char *parent, bool shared,
+extern ZkrResult zkr_acquire(const char *parent, bool shared, int slots,
 							 const char *other_node, const char *data,
 							 bool wait, TimestampTz deadline,
 							 ZkLockNode *node, bool *waited);

@@ -69,6 +69,10 @@ bool		zklock_synchronous_release = true;
 char	   *zklock_auth = NULL;
 char	   *zklock_auth_file = NULL;
 bool		zklock_world_readable = false;
+char	   *zklock_tls_ca = NULL;
+char	   *zklock_tls_cert = NULL;
+char	   *zklock_tls_key = NULL;
+char	   *zklock_tls_key_password = NULL;
 
 /*
  * State shared with the library's threads.  Everything below is protected by
@@ -144,6 +148,8 @@ typedef struct SessionSettings
 	char	   *hosts;
 	char	   *auth;			/* zklock.auth as set */
 	char	   *auth_file;		/* zklock.auth_file as set */
+	char	   *tls;			/* the zklock.tls_* settings, one per line */
+	bool		uses_tls;		/* they asked for TLS */
 	int			session_timeout;
 	int			client_log_level;
 	bool		world_readable;
@@ -179,12 +185,27 @@ static time_t client_log_interval_start = 0;
 static int	client_log_lines = 0;
 static int	client_log_suppressed = 0;
 
+/*
+ * The library says why a TLS handshake failed only in its log: the last
+ * such message since the handle was made, for the error a backend reports
+ * when it cannot connect.  Protected by client_log_mutex.
+ */
+static char tls_failure[256] = "";
+
 static void
 client_log(const char *message)
 {
 	time_t		now = time(NULL);
 
 	pthread_mutex_lock(&client_log_mutex);
+	if (strcasestr(message, "ssl") != NULL)
+	{
+		/* Without the library's "<time>:<pid>(<thread>):ZOO_ERROR@<where>: ". */
+		const char *text = strstr(message, "ZOO_");
+
+		text = text ? strstr(text, ": ") : NULL;
+		strlcpy(tls_failure, text ? text + 2 : message, sizeof(tls_failure));
+	}
 	if (now - client_log_interval_start >= CLIENT_LOG_INTERVAL_SEC)
 	{
 		if (client_log_suppressed > 0)
@@ -611,6 +632,38 @@ zks_watch_data(const char *path)
 									generation_context(handle_generation),
 									data_done, req),
 						  "watch", path);
+}
+
+/* Change a node's data, whatever its version. */
+ZkRequest *
+zks_set_data(const char *path, const char *data, int datalen)
+{
+	ZkRequest  *req = request_new(true);
+
+	return request_queued(req,
+						  zoo_aset(zks_zh, path, data, datalen, -1, stat_done, req),
+						  "set the data of", path);
+}
+
+static void
+remove_watch_done(int rc, const void *data)
+{
+}
+
+/*
+ * Take back the data watches this session left on a node, so that the
+ * node's going later notifies nobody; without waiting for the answer
+ * (there may be no such watch any more, which is fine).  Only "remove
+ * all" reaches the server: removing one watcher only stops the library
+ * calling it, while the server still sends the notification.
+ */
+void
+zks_remove_watch(const char *path)
+{
+	/* The library declares the completion oddly but stores it as given. */
+	(void) zoo_aremove_all_watches(zks_zh, path, ZWATCHTYPE_DATA, 0,
+								   (void_completion_t *) remove_watch_done,
+								   NULL);
 }
 
 static void
@@ -1237,23 +1290,20 @@ auth_done(int rc, const void *data)
 }
 
 /*
- * The credentials in zklock.auth_file: its first line.  The file must be
- * owned by the server's user and readable by it alone, as PostgreSQL asks
- * of its TLS key; what it holds never appears in a message.
+ * Open a file named by a setting; ERROR if it cannot be read.  With secret,
+ * the file must be owned by the server's user and readable by it alone, as
+ * PostgreSQL asks of its TLS key.
  */
-static char *
-read_auth_file(const char *path)
+static FILE *
+open_setting_file(const char *path, const char *setting, bool secret)
 {
 	FILE	   *file = AllocateFile(path, "r");
 	struct stat st;
-	char		line[1024];
-	char	   *colon;
-	bool		readable;
 
 	if (file == NULL)
 		ereport(ERROR,
 				(errcode_for_file_access(),
-				 errmsg("could not open zklock.auth_file \"%s\": %m", path)));
+				 errmsg("could not open %s \"%s\": %m", setting, path)));
 	if (fstat(fileno(file), &st) != 0)
 	{
 		int			save_errno = errno;
@@ -1262,18 +1312,35 @@ read_auth_file(const char *path)
 		errno = save_errno;
 		ereport(ERROR,
 				(errcode_for_file_access(),
-				 errmsg("could not stat zklock.auth_file \"%s\": %m", path)));
+				 errmsg("could not stat %s \"%s\": %m", setting, path)));
 	}
-	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-		(st.st_mode & (S_IRWXG | S_IRWXO)))
+	if (!S_ISREG(st.st_mode) ||
+		(secret && (st.st_uid != geteuid() || (st.st_mode & (S_IRWXG | S_IRWXO)))))
 	{
 		FreeFile(file);
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIG_FILE_ERROR),
-				 errmsg("zklock.auth_file \"%s\" must be a file owned by the database server's user and readable by no one else",
-						path),
-				 errhint("Make it owned by the server's user, with mode 0600.")));
+				 secret ?
+				 errmsg("%s \"%s\" must be a file owned by the database server's user and readable by no one else",
+						setting, path) :
+				 errmsg("%s \"%s\" must be a regular file", setting, path),
+				 secret ? errhint("Make it owned by the server's user, with mode 0600.") : 0));
 	}
+	return file;
+}
+
+/*
+ * The credentials in zklock.auth_file: its first line.  What it holds
+ * never appears in a message.
+ */
+static char *
+read_auth_file(const char *path)
+{
+	FILE	   *file = open_setting_file(path, "zklock.auth_file", true);
+	char		line[1024];
+	char	   *colon;
+	bool		readable;
+
 	readable = fgets(line, sizeof(line), file) != NULL;
 	FreeFile(file);
 	line[strcspn(line, "\r\n")] = '\0';
@@ -1287,6 +1354,80 @@ read_auth_file(const char *path)
 						path)));
 	}
 	return pstrdup(line);
+}
+
+static const char *
+setting_or_empty(const char *value)
+{
+	return value ? value : "";
+}
+
+/* The zklock.tls_* settings, one per line: what a session was made with. */
+static char *
+tls_settings(void)
+{
+	return psprintf("%s\n%s\n%s\n%s", setting_or_empty(zklock_tls_ca),
+					setting_or_empty(zklock_tls_cert),
+					setting_or_empty(zklock_tls_key),
+					setting_or_empty(zklock_tls_key_password));
+}
+
+/*
+ * The client library's TLS argument, "ca,cert,key[,password]" (malloc'd),
+ * from the zklock.tls_* settings; NULL when none is set.  A session never
+ * falls back to plain text: settings this build cannot honour, incomplete
+ * settings and unusable files are ERRORs.  The files are checked here
+ * because the library, given one it cannot load, retries without end
+ * instead of failing.
+ */
+static char *
+tls_argument(void)
+{
+	const char *files[] = {zklock_tls_ca, zklock_tls_cert, zklock_tls_key};
+	const char *password = setting_or_empty(zklock_tls_key_password);
+	bool		any = password[0] != '\0';
+	size_t		i;
+
+	for (i = 0; i < lengthof(files); i++)
+		any |= files[i] && files[i][0] != '\0';
+	if (!any)
+		return NULL;
+#ifndef HAVE_OPENSSL_H
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("zklock.tls_* is set, but this build of zklock has no TLS support"),
+			 errdetail("Its ZooKeeper client library was built without OpenSSL; zklock never falls back to plain text."),
+			 errhint("Build a TLS-capable client library with scripts/build-zookeeper-tls and zklock against it (make ZK_TLS_PREFIX=...), or clear the zklock.tls_* settings.")));
+	return NULL;
+#else
+	{
+		const char *names[] = {"zklock.tls_ca", "zklock.tls_cert", "zklock.tls_key"};
+		char	   *argument;
+
+		for (i = 0; i < lengthof(files); i++)
+			if (files[i] == NULL || files[i][0] == '\0')
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("zklock.tls_ca, zklock.tls_cert and zklock.tls_key must all be set for TLS"),
+						 errhint("The ZooKeeper client always presents a certificate: TLS to ZooKeeper is mutual.")));
+		for (i = 0; i < lengthof(files); i++)
+		{
+			/* The library splits its argument at commas. */
+			if (strchr(files[i], ',') != NULL)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("%s must not contain a comma", names[i])));
+			FreeFile(open_setting_file(files[i], names[i], i == 2));
+		}
+		if (strchr(password, ',') != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("zklock.tls_key_password must not contain a comma")));
+		argument = psprintf("%s,%s,%s%s%s", files[0], files[1], files[2],
+							password[0] != '\0' ? "," : "", password);
+		return strdup(argument);
+	}
+#endif
 }
 
 /*
@@ -1427,6 +1568,7 @@ zks_settings_changed(void)
 		(strcmp(opened.hosts, zklock_hosts ? zklock_hosts : "") != 0 ||
 		 strcmp(opened.auth, zklock_auth ? zklock_auth : "") != 0 ||
 		 strcmp(opened.auth_file, zklock_auth_file ? zklock_auth_file : "") != 0 ||
+		 strcmp(opened.tls, tls_settings()) != 0 ||
 		 opened.world_readable != zklock_world_readable ||
 		 opened.session_timeout != zklock_session_timeout ||
 		 opened.client_log_level != zklock_client_log_level);
@@ -1436,6 +1578,13 @@ int64
 zks_session_id(void)
 {
 	return session_id;
+}
+
+/* Does the open session speak TLS? */
+bool
+zks_uses_tls(void)
+{
+	return zks_zh != NULL && opened.uses_tls;
 }
 
 /* The session password, for fault tests that expire the session. */
@@ -1456,6 +1605,7 @@ zks_session_password(char passwd[16])
 typedef struct Opener
 {
 	char	   *hosts;
+	char	   *tls;			/* "ca,cert,key[,password]", or NULL */
 	int			timeout;
 	uint64		generation;
 	zhandle_t  *handle;			/* the result, once done */
@@ -1468,6 +1618,11 @@ static void
 opener_free(Opener *opener)
 {
 	free(opener->hosts);
+	if (opener->tls)
+	{
+		explicit_bzero(opener->tls, strlen(opener->tls));
+		free(opener->tls);
+	}
 	free(opener);
 }
 
@@ -1479,10 +1634,26 @@ opener_main(void *arg)
 	int			error;
 	bool		abandoned;
 
-	handle = zookeeper_init2(opener->hosts, session_watcher, opener->timeout,
-							 NULL, generation_context(opener->generation), 0,
-							 client_log);
-	error = errno;
+#ifdef HAVE_OPENSSL_H
+	if (opener->tls)
+	{
+		/* The TLS variant takes no log callback: set it at once. */
+		handle = zookeeper_init_ssl(opener->hosts, opener->tls, session_watcher,
+									opener->timeout, NULL,
+									generation_context(opener->generation), 0);
+		error = errno;
+		if (handle != NULL)
+			zoo_set_log_callback(handle, client_log);
+	}
+	else
+#endif
+	{
+		handle = zookeeper_init2(opener->hosts, session_watcher,
+								 opener->timeout, NULL,
+								 generation_context(opener->generation), 0,
+								 client_log);
+		error = errno;
+	}
 
 	/*
 	 * By default the library resolves the host names again on every turn of
@@ -1608,6 +1779,7 @@ await_opener(Opener *opener, TimestampTz deadline)
 static void
 open_handle(TimestampTz deadline)
 {
+	char	   *tls = tls_argument();
 	Opener	   *opener = calloc(1, sizeof(Opener));
 	zhandle_t  *handle = NULL;
 	int			save_errno;
@@ -1615,10 +1787,16 @@ open_handle(TimestampTz deadline)
 	if (opener == NULL || (opener->hosts = strdup(zklock_hosts)) == NULL)
 	{
 		free(opener);
+		free(tls);
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("out of memory")));
 	}
+	opener->tls = tls;
+	opened.uses_tls = tls != NULL;
+	pthread_mutex_lock(&client_log_mutex);
+	tls_failure[0] = '\0';
+	pthread_mutex_unlock(&client_log_mutex);
 	opener->timeout = zklock_session_timeout;
 	zoo_set_debug_level((ZooLogLevel) zklock_client_log_level);
 
@@ -1698,8 +1876,10 @@ zks_open(void)
 			pfree(opened.hosts);
 			pfree(opened.auth);
 			pfree(opened.auth_file);
+			pfree(opened.tls);
 		}
 		opened.hosts = hosts;
+		opened.tls = MemoryContextStrdup(TopMemoryContext, tls_settings());
 		opened.auth = MemoryContextStrdup(TopMemoryContext,
 										  zklock_auth ? zklock_auth : "");
 		opened.auth_file = MemoryContextStrdup(TopMemoryContext,
@@ -1714,8 +1894,19 @@ zks_open(void)
 	if (!zks_await_connected(deadline))
 	{
 		char	   *hosts = pstrdup(opened.hosts);
+		char		failure[sizeof(tls_failure)];
 
+		pthread_mutex_lock(&client_log_mutex);
+		strlcpy(failure, opened.uses_tls ? tls_failure : "", sizeof(failure));
+		pthread_mutex_unlock(&client_log_mutex);
 		zks_close();
+		if (failure[0] != '\0')
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("could not connect to ZooKeeper at \"%s\" over TLS within %d ms",
+							hosts, zklock_connect_timeout),
+					 errdetail("The TLS handshake failed: %s", failure),
+					 errhint("Check that zklock.tls_ca holds the CA that signed the servers' certificates, that the servers trust the CA of zklock.tls_cert, and that zklock.hosts names their TLS ports.")));
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("could not connect to ZooKeeper at \"%s\" within %d ms",
@@ -1729,6 +1920,19 @@ zks_open(void)
  * Close the session.  The server deletes our ephemeral nodes at once.  Never
  * called from a library thread: zookeeper_close joins them.
  */
+/*
+ * The library's state while a TLS handshake runs; its header does not
+ * declare it.
+ */
+#define SSL_CONNECTING_STATE	7
+
+static void *
+closer_main(void *arg)
+{
+	zookeeper_close((zhandle_t *) arg);
+	return NULL;
+}
+
 void
 zks_close(void)
 {
@@ -1752,7 +1956,17 @@ zks_close(void)
 	handle_generation++;
 	janitor_clear_locked();
 	pthread_mutex_unlock(&zks_mutex);
-	zookeeper_close(handle);
+
+	/*
+	 * The library runs a TLS handshake in its I/O thread with no time
+	 * limit, and closing joins that thread: a server that took the
+	 * connection but never answers would hold the backend.  No session
+	 * exists yet then, so nothing is lost by closing on a thread of its
+	 * own, which ends when the handshake does (or with the backend).
+	 */
+	if (zoo_state(handle) != SSL_CONNECTING_STATE ||
+		!start_thread(NULL, closer_main, handle))
+		zookeeper_close(handle);
 	session_id = 0;
 }
 

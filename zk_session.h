@@ -49,6 +49,10 @@ extern bool zklock_synchronous_release;
 extern char *zklock_auth;
 extern char *zklock_auth_file;
 extern bool zklock_world_readable;
+extern char *zklock_tls_ca;
+extern char *zklock_tls_cert;
+extern char *zklock_tls_key;
+extern char *zklock_tls_key_password;
 
 typedef enum ZksState
 {
@@ -69,6 +73,7 @@ extern void zks_set_cancel_on_loss(bool cancel);
 extern bool zks_take_loss_cancel(void);
 extern bool zks_settings_changed(void);
 extern int64 zks_session_id(void);
+extern bool zks_uses_tls(void);
 extern void zks_session_password(char passwd[16]);
 
 extern ZkRequest *zks_create(const char *path, const char *data, int datalen,
@@ -81,6 +86,8 @@ extern ZkRequest *zks_get_data(const char *path);
 extern const char *zks_current_server(void);
 extern int	zks_negotiated_timeout(void);
 extern ZkRequest *zks_watch_data(const char *path);
+extern ZkRequest *zks_set_data(const char *path, const char *data, int datalen);
+extern void zks_remove_watch(const char *path);
 extern ZkRequest *zks_watch_then_list(const char *watched, const char *parent);
 extern ZkRequest *zks_take_listing(void);
 extern void zks_cancel_listing(void);
@@ -94,8 +101,7 @@ extern bool zks_await_connected(TimestampTz deadline);
 extern void zks_keep_node(const char *path);
 extern bool zks_delete_later(const char *path);
 extern void zks_send_pending_deletes(void);
-extern void zks_sweep_later(const char *parent, const char *guid,
-							 bool shared);
+extern void zks_sweep_later(const char *parent, const char *guid);
 extern void zks_settle(int timeout_ms);
 extern bool zks_janitor_failed(void);
 

@@ -233,8 +233,8 @@ register_exit_callback(void)
  * Returns the slot used, or 0 if none was free.
  */
 int
-zksh_put_hold(int slot, const char *parent, bool shared, bool lost,
-			  int session_count, int xact_count, const char *node,
+zksh_put_hold(int slot, const char *parent, bool shared, bool semaphore,
+			  bool lost, int session_count, int xact_count, const char *node,
 			  int64 token, TimestampTz since)
 {
 	ZkshHold   *h;
@@ -262,6 +262,7 @@ zksh_put_hold(int slot, const char *parent, bool shared, bool lost,
 	h->database = MyDatabaseId;
 	zksh_name_of(parent, h->name);
 	h->shared = shared;
+	h->semaphore = semaphore;
 	h->lost = lost;
 	h->session_count = session_count;
 	h->xact_count = xact_count;
@@ -287,12 +288,13 @@ zksh_drop_hold(int slot)
  * until it waits.
  */
 void
-zksh_wait_begin(const char *parent, bool shared, bool xact)
+zksh_wait_begin(const char *parent, bool shared, bool semaphore, bool xact)
 {
 	if (state == NULL)
 		return;
 	zksh_name_of(parent, acquiring.name);
 	acquiring.shared = shared;
+	acquiring.semaphore = semaphore;
 	acquiring.xact = xact;
 	acquiring.since = GetCurrentTimestamp();
 	acquiring.node[0] = '\0';

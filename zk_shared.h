@@ -20,6 +20,7 @@ typedef struct ZkshHold
 	Oid			database;
 	char		name[ZKN_NAME_MAX + 1];	/* UTF-8 */
 	bool		shared;
+	bool		semaphore;		/* a semaphore's slot */
 	bool		lost;
 	int			session_count;
 	int			xact_count;
@@ -35,6 +36,7 @@ typedef struct ZkshWait
 	Oid			database;
 	char		name[ZKN_NAME_MAX + 1];	/* UTF-8 */
 	bool		shared;
+	bool		semaphore;		/* for a semaphore's slot */
 	bool		xact;
 	TimestampTz since;
 	char		node[ZKR_NODE_MAX];	/* "" until the waiting node is made */
@@ -66,11 +68,13 @@ extern bool zksh_enabled(void);
 extern void zksh_name_of(const char *parent, char name[ZKN_NAME_MAX + 1]);
 
 extern int	zksh_put_hold(int slot, const char *parent, bool shared,
-						  bool lost, int session_count, int xact_count,
-						  const char *node, int64 token, TimestampTz since);
+						  bool semaphore, bool lost, int session_count,
+						  int xact_count, const char *node, int64 token,
+						  TimestampTz since);
 extern void zksh_drop_hold(int slot);
 
-extern void zksh_wait_begin(const char *parent, bool shared, bool xact);
+extern void zksh_wait_begin(const char *parent, bool shared, bool semaphore,
+							bool xact);
 extern void zksh_wait_node(const char *node);
 extern void zksh_wait_end(void);
 

@@ -85,6 +85,95 @@ RETURNS boolean
 AS 'MODULE_PATHNAME', 'zk_try_xact_lock_shared'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
+-- All or nothing: several locks at once, taken in one canonical order
+-- whatever order they are listed in (so two multi-locks never deadlock each
+-- other), each name once.  A timeout covers the whole call; on a timeout,
+-- a try that fails, a cancel or an error, every hold the call took is
+-- given back.
+
+CREATE FUNCTION zk_lock(names text[])
+RETURNS void
+AS 'MODULE_PATHNAME', 'zk_lock_array'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION zk_lock(names text[], timeout interval)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'zk_lock_array_timeout'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION zk_try_lock(names text[])
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'zk_try_lock_array'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION zk_xact_lock(names text[])
+RETURNS void
+AS 'MODULE_PATHNAME', 'zk_xact_lock_array'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION zk_xact_lock(names text[], timeout interval)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'zk_xact_lock_array_timeout'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION zk_try_xact_lock(names text[])
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'zk_try_xact_lock_array'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION zk_unlock(names text[])
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'zk_unlock_array'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- Counting semaphores: at most "slots" holders at once, whatever client or
+-- cluster they are on.  Each acquire takes one slot (a backend may hold
+-- several); each release gives back one.  Callers that ask for different
+-- sizes never see more holders than the smallest size among those ahead
+-- of them.  Semaphores and locks of the same name are separate.
+
+CREATE FUNCTION zk_semaphore_acquire(name text, slots integer)
+RETURNS void
+AS 'MODULE_PATHNAME', 'zk_semaphore_acquire'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION zk_semaphore_acquire(name text, slots integer, timeout interval)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'zk_semaphore_acquire_timeout'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION zk_try_semaphore_acquire(name text, slots integer)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'zk_try_semaphore_acquire'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION zk_xact_semaphore_acquire(name text, slots integer)
+RETURNS void
+AS 'MODULE_PATHNAME', 'zk_xact_semaphore_acquire'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION zk_xact_semaphore_acquire(name text, slots integer, timeout interval)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'zk_xact_semaphore_acquire_timeout'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION zk_try_xact_semaphore_acquire(name text, slots integer)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'zk_try_xact_semaphore_acquire'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION zk_semaphore_release(name text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'zk_semaphore_release'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- The fencing token of this backend's oldest slot of the semaphore, or
+-- NULL if it holds none.
+CREATE FUNCTION zk_semaphore_token(name text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'zk_semaphore_token'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
 -- The fencing token of the lock this backend holds on name: the czxid of
 -- its lock node, strictly increasing across successive holders.  NULL if
 -- this backend does not hold the lock.
@@ -176,6 +265,20 @@ RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'zk_lock_contenders'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
+-- The whole queue of a semaphore: its slots, holding and waiting.
+CREATE FUNCTION zk_semaphore_contenders(
+    name text,
+    OUT queue_position integer,
+    OUT node text,
+    OUT mode text,
+    OUT holds boolean,
+    OUT client text,
+    OUT identity text,
+    OUT token bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'zk_semaphore_contenders'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
 -- This backend's ZooKeeper session and counters.
 CREATE FUNCTION zk_status(
     OUT state text,
@@ -189,7 +292,8 @@ CREATE FUNCTION zk_status(
     OUT timeouts bigint,
     OUT cancellations bigint,
     OUT losses bigint,
-    OUT deadlocks bigint)
+    OUT deadlocks bigint,
+    OUT tls boolean)
 RETURNS record
 AS 'MODULE_PATHNAME', 'zk_status'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;

@@ -41,6 +41,8 @@
 #include "mb/pg_wchar.h"
 #include "postmaster/postmaster.h"
 #include "storage/proc.h"
+#include "catalog/pg_type.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/json.h"
@@ -155,6 +157,14 @@ show_auth(void)
 	return zklock_auth && zklock_auth[0] != '\0' ? "********" : "";
 }
 
+/* Whatever zklock.tls_key_password holds, it is shown as this, to everyone. */
+static const char *
+show_tls_key_password(void)
+{
+	return zklock_tls_key_password && zklock_tls_key_password[0] != '\0' ?
+		"********" : "";
+}
+
 /* Digest credentials are "user:password" with a non-empty user. */
 static bool
 check_auth(char **newval, void **extra, GucSource source)
@@ -212,6 +222,38 @@ _PG_init(void)
 							 PGC_SUSET,
 							 0,
 							 NULL, NULL, NULL);
+	DefineCustomStringVariable("zklock.tls_ca",
+							   "File of the CA certificate (PEM) that signed the ZooKeeper servers' certificates.",
+							   "With zklock.tls_cert and zklock.tls_key, sessions use TLS, trusting this CA only.  Needs a TLS-capable build.",
+							   &zklock_tls_ca,
+							   "",
+							   PGC_SUSET,
+							   0,
+							   NULL, NULL, NULL);
+	DefineCustomStringVariable("zklock.tls_cert",
+							   "File of the client certificate (PEM, with its chain) that sessions present to ZooKeeper.",
+							   NULL,
+							   &zklock_tls_cert,
+							   "",
+							   PGC_SUSET,
+							   0,
+							   NULL, NULL, NULL);
+	DefineCustomStringVariable("zklock.tls_key",
+							   "File of the client certificate's private key (PEM).",
+							   "It must be owned by the server's user and readable by no one else.",
+							   &zklock_tls_key,
+							   "",
+							   PGC_SUSET,
+							   0,
+							   NULL, NULL, NULL);
+	DefineCustomStringVariable("zklock.tls_key_password",
+							   "Password of zklock.tls_key, if it is encrypted.",
+							   "Its value is never shown.",
+							   &zklock_tls_key_password,
+							   "",
+							   PGC_SUSET,
+							   GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
+							   NULL, NULL, show_tls_key_password);
 	DefineCustomIntVariable("zklock.session_timeout",
 							"ZooKeeper session timeout requested by each backend.",
 							"The ensemble may clamp it.  Takes effect when the backend next opens a session.",
@@ -288,6 +330,9 @@ name_conversion_context(void *arg)
 	errcontext("converting the zklock name to UTF-8, the encoding of lock names in ZooKeeper");
 }
 
+static void name_to_parent(text *arg, const char *space,
+						   char parent[ZKR_PARENT_MAX], char **name);
+
 /*
  * Read the lock name argument and compute its parent path.  The name is
  * mapped from its UTF-8 form, so one text names one node whatever the
@@ -298,17 +343,26 @@ void
 zkl_get_lock_parent(FunctionCallInfo fcinfo, char parent[ZKR_PARENT_MAX],
 					char **name)
 {
-	text	   *arg;
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("zklock name must not be null")));
+	name_to_parent(PG_GETARG_TEXT_PP(0), "", parent, name);
+}
+
+/*
+ * The parent path of a name under the root, in a space of its own ("" for
+ * locks, "%semaphores/" for semaphores: no lock name maps there).
+ */
+static void
+name_to_parent(text *arg, const char *space, char parent[ZKR_PARENT_MAX],
+			   char **name)
+{
 	char		encoded[ZKN_ENCODED_MAX];
 	char	   *utf8;
 	int			len;
 	ErrorContextCallback errcallback;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("zklock name must not be null")));
-	arg = PG_GETARG_TEXT_PP(0);
 	*name = text_to_cstring(arg);
 	len = strlen(*name);
 
@@ -343,21 +397,21 @@ zkl_get_lock_parent(FunctionCallInfo fcinfo, char parent[ZKR_PARENT_MAX],
 	}
 	if (utf8 != *name)
 		pfree(utf8);
-	snprintf(parent, ZKR_PARENT_MAX, "%s/%s", zklock_root, encoded);
+	snprintf(parent, ZKR_PARENT_MAX, "%s/%s%s", zklock_root, space, encoded);
 }
 
 /* Read the timeout argument as milliseconds; -1 for 'infinity'. */
 static int64
-get_timeout_ms(FunctionCallInfo fcinfo)
+get_timeout_ms(FunctionCallInfo fcinfo, int argno)
 {
 	Interval   *timeout;
 	int64		ms;
 
-	if (PG_ARGISNULL(1))
+	if (PG_ARGISNULL(argno))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("zklock timeout must not be null")));
-	timeout = PG_GETARG_INTERVAL_P(1);
+	timeout = PG_GETARG_INTERVAL_P(argno);
 #ifdef INTERVAL_NOT_FINITE
 	/* PostgreSQL 17 and later: 'infinity' waits without limit. */
 	if (INTERVAL_IS_NOEND(timeout))
@@ -514,6 +568,17 @@ holder_identity(void)
 	return identity;
 }
 
+/*
+ * Count into the server-wide statistics, which are kept for locks (a
+ * semaphore of the same name would otherwise be counted with its lock).
+ */
+static void
+count(const char *parent, int slots, ZkshCounter counter, int64 amount)
+{
+	if (slots == 0)
+		zksh_count(parent, counter, amount);
+}
+
 /* Long enough to mean "no limit", short enough not to overflow. */
 #define MAX_TIMEOUT_MS	((int64) 100 * 365 * SECS_PER_DAY * 1000)
 
@@ -523,8 +588,8 @@ holder_identity(void)
  * still needs ZooKeeper to answer, within zklock.connect_timeout.
  */
 static bool
-wait_for_grant(const char *parent, const char *name, bool shared, bool xact,
-			   bool try_only, int64 timeout_ms)
+wait_for_grant(const char *parent, const char *name, bool shared, int slots,
+			   bool xact, bool try_only, int64 timeout_ms)
 {
 	const char *identity = holder_identity();
 	bool		wait = !try_only && timeout_ms != 0;
@@ -542,8 +607,12 @@ wait_for_grant(const char *parent, const char *name, bool shared, bool xact,
 
 	if (arm_lock_timeout)
 		enable_timeout_after(LOCK_TIMEOUT, LockTimeout);
-	result = zkh_acquire(parent, name, shared, xact, identity, wait,
-						 deadline, &waited);
+	if (slots > 0)
+		result = zkh_acquire_slot(parent, name, slots, xact, identity, wait,
+								  deadline, &waited);
+	else
+		result = zkh_acquire(parent, name, shared, xact, identity, wait,
+							 deadline, &waited);
 	if (arm_lock_timeout)
 		disable_timeout(LOCK_TIMEOUT, false);
 
@@ -553,8 +622,8 @@ wait_for_grant(const char *parent, const char *name, bool shared, bool xact,
 
 		zk_stats.waits++;
 		zk_stats.wait_time_us += wait_time_us;
-		zksh_count(parent, ZKSH_WAITS, 1);
-		zksh_count(parent, ZKSH_WAIT_TIME_US, wait_time_us);
+		count(parent, slots, ZKSH_WAITS, 1);
+		count(parent, slots, ZKSH_WAIT_TIME_US, wait_time_us);
 	}
 	if (result == ZKR_TIMED_OUT && !wait)
 		ereport(ERROR,
@@ -564,14 +633,14 @@ wait_for_grant(const char *parent, const char *name, bool shared, bool xact,
 	if (result == ZKR_TIMED_OUT)
 	{
 		zk_stats.timeouts++;
-		zksh_count(parent, ZKSH_TIMEOUTS, 1);
+		count(parent, slots, ZKSH_TIMEOUTS, 1);
 	}
 	return result == ZKR_GRANTED;
 }
 
 /* The process title says which lock a backend waits for, as for others. */
 static char *
-show_waiting(const char *name, bool shared)
+show_waiting(const char *name, bool shared, bool semaphore)
 {
 	int			len;
 	const char *activity = get_ps_display(&len);
@@ -579,8 +648,9 @@ show_waiting(const char *name, bool shared)
 
 	if (update_process_title)
 	{
-		char	   *title = psprintf("%s waiting for zklock \"%s\"%s", saved,
-									 name, shared ? " (shared)" : "");
+		char	   *title = psprintf("%s waiting for zklock %s\"%s\"%s", saved,
+									 semaphore ? "semaphore " : "", name,
+									 shared ? " (shared)" : "");
 
 		set_ps_display(title);
 		pfree(title);
@@ -596,6 +666,10 @@ end_waiting(char *saved)
 	pfree(saved);
 }
 
+static bool acquire_name(const char *parent, const char *name, bool shared,
+						 int slots, bool xact, bool try_only,
+						 int64 timeout_ms);
+
 /*
  * Take one hold on the lock named by argument 0, in the given mode.  A
  * lock this backend has a node for already just gains a hold.  Otherwise
@@ -608,24 +682,36 @@ acquire(FunctionCallInfo fcinfo, bool shared, bool xact, bool try_only,
 {
 	char		parent[ZKR_PARENT_MAX];
 	char	   *name;
+
+	zkl_get_lock_parent(fcinfo, parent, &name);
+	return acquire_name(parent, name, shared, 0, xact, try_only, timeout_ms);
+}
+
+/*
+ * acquire, for the lock under parent; with slots > 0, one slot of the
+ * semaphore of that size under parent.
+ */
+static bool
+acquire_name(const char *parent, const char *name, bool shared, int slots,
+			 bool xact, bool try_only, int64 timeout_ms)
+{
 	char	   *saved_title;
 	bool		granted = false;
 
-	zkl_get_lock_parent(fcinfo, parent, &name);
 	zkl_check_session();
 
-	if (zkh_add_if_held(parent, shared, xact))
+	if (slots == 0 && zkh_add_if_held(parent, shared, xact))
 	{
 		zk_stats.acquisitions++;
-		zksh_count(parent, ZKSH_ACQUISITIONS, 1);
+		count(parent, slots, ZKSH_ACQUISITIONS, 1);
 		return true;
 	}
 
 	zks_open();
-	saved_title = show_waiting(name, shared);
+	saved_title = show_waiting(name, shared, slots > 0);
 	PG_TRY();
 	{
-		granted = wait_for_grant(parent, name, shared, xact, try_only,
+		granted = wait_for_grant(parent, name, shared, slots, xact, try_only,
 								 timeout_ms);
 	}
 	PG_CATCH();
@@ -633,7 +719,7 @@ acquire(FunctionCallInfo fcinfo, bool shared, bool xact, bool try_only,
 		disable_timeout(LOCK_TIMEOUT, false);
 		end_waiting(saved_title);
 		zk_stats.cancellations++;
-		zksh_count(parent, ZKSH_CANCELLATIONS, 1);
+		count(parent, slots, ZKSH_CANCELLATIONS, 1);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -642,7 +728,7 @@ acquire(FunctionCallInfo fcinfo, bool shared, bool xact, bool try_only,
 	if (granted)
 	{
 		zk_stats.acquisitions++;
-		zksh_count(parent, ZKSH_ACQUISITIONS, 1);
+		count(parent, slots, ZKSH_ACQUISITIONS, 1);
 	}
 	return granted;
 }
@@ -675,7 +761,7 @@ zk_lock(PG_FUNCTION_ARGS)
 Datum
 zk_lock_timeout(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(acquire(fcinfo, false, false, false, get_timeout_ms(fcinfo)));
+	PG_RETURN_BOOL(acquire(fcinfo, false, false, false, get_timeout_ms(fcinfo, 1)));
 }
 
 Datum
@@ -694,7 +780,7 @@ zk_xact_lock(PG_FUNCTION_ARGS)
 Datum
 zk_xact_lock_timeout(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(acquire(fcinfo, false, true, false, get_timeout_ms(fcinfo)));
+	PG_RETURN_BOOL(acquire(fcinfo, false, true, false, get_timeout_ms(fcinfo, 1)));
 }
 
 Datum
@@ -713,7 +799,7 @@ zk_lock_shared(PG_FUNCTION_ARGS)
 Datum
 zk_lock_shared_timeout(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(acquire(fcinfo, true, false, false, get_timeout_ms(fcinfo)));
+	PG_RETURN_BOOL(acquire(fcinfo, true, false, false, get_timeout_ms(fcinfo, 1)));
 }
 
 Datum
@@ -732,7 +818,7 @@ zk_xact_lock_shared(PG_FUNCTION_ARGS)
 Datum
 zk_xact_lock_shared_timeout(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(acquire(fcinfo, true, true, false, get_timeout_ms(fcinfo)));
+	PG_RETURN_BOOL(acquire(fcinfo, true, true, false, get_timeout_ms(fcinfo, 1)));
 }
 
 Datum
@@ -770,6 +856,298 @@ zk_unlock_all(PG_FUNCTION_ARGS)
 	zkl_check_session();
 	zkh_release_all_session_holds();
 	PG_RETURN_VOID();
+}
+
+/* One name of a multi-lock. */
+typedef struct LockName
+{
+	char		parent[ZKR_PARENT_MAX];
+	char	   *name;
+} LockName;
+
+static int
+by_parent(const void *a, const void *b)
+{
+	return strcmp(((const LockName *) a)->parent, ((const LockName *) b)->parent);
+}
+
+/*
+ * The names of a text[] argument 0, each once, in one canonical order
+ * whatever order the caller gives: by their node's name.  Two multi-locks
+ * then never take two names in opposite orders, so never deadlock each
+ * other.
+ */
+static int
+get_lock_names(FunctionCallInfo fcinfo, LockName **names)
+{
+	ArrayType  *array;
+	Datum	   *elements;
+	bool	   *nulls;
+	int			n;
+	int			kept = 0;
+	int			i;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("zklock names must not be null")));
+	array = PG_GETARG_ARRAYTYPE_P(0);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("zklock names must be a one-dimensional array")));
+	deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT,
+					  &elements, &nulls, &n);
+	if (n == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("zklock names must not be an empty array")));
+	*names = palloc(n * sizeof(LockName));
+	for (i = 0; i < n; i++)
+	{
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("zklock names must not contain a null")));
+		name_to_parent(DatumGetTextPP(elements[i]), "", (*names)[i].parent,
+					   &(*names)[i].name);
+	}
+	qsort(*names, n, sizeof(LockName), by_parent);
+	for (i = 0; i < n; i++)
+		if (kept == 0 || strcmp((*names)[kept - 1].parent, (*names)[i].parent) != 0)
+			(*names)[kept++] = (*names)[i];
+	return kept;
+}
+
+/*
+ * Take every lock of a text[] argument 0, or none: all within timeout_ms
+ * (the whole call's), in the canonical order.  A name not granted, an
+ * error or an interrupt gives back every hold this call took, holds taken
+ * before it staying as they were.
+ */
+static bool
+acquire_all(FunctionCallInfo fcinfo, bool xact, bool try_only,
+			int64 timeout_ms)
+{
+	LockName   *names;
+	int			n = get_lock_names(fcinfo, &names);
+	TimestampTz deadline = timeout_ms > 0 ?
+		TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+									Min(timeout_ms, MAX_TIMEOUT_MS)) : 0;
+	volatile int taken = 0;
+	int			i;
+
+	PG_TRY();
+	{
+		for (; taken < n; taken++)
+		{
+			int64		left = timeout_ms;
+
+			if (deadline != 0)
+				left = Max(TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+														   deadline), 0);
+			if (!acquire_name(names[taken].parent, names[taken].name, false, 0,
+							  xact, try_only, left))
+				break;
+		}
+	}
+	PG_CATCH();
+	{
+		HOLD_INTERRUPTS();
+		for (i = taken - 1; i >= 0; i--)
+			zkh_undo_hold(names[i].parent, false, xact);
+		RESUME_INTERRUPTS();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (taken == n)
+		return true;
+	for (i = taken - 1; i >= 0; i--)
+		zkh_undo_hold(names[i].parent, false, xact);
+	return false;
+}
+
+PG_FUNCTION_INFO_V1(zk_lock_array);
+PG_FUNCTION_INFO_V1(zk_lock_array_timeout);
+PG_FUNCTION_INFO_V1(zk_try_lock_array);
+PG_FUNCTION_INFO_V1(zk_xact_lock_array);
+PG_FUNCTION_INFO_V1(zk_xact_lock_array_timeout);
+PG_FUNCTION_INFO_V1(zk_try_xact_lock_array);
+PG_FUNCTION_INFO_V1(zk_unlock_array);
+
+Datum
+zk_lock_array(PG_FUNCTION_ARGS)
+{
+	acquire_all(fcinfo, false, false, -1);
+	PG_RETURN_VOID();
+}
+
+Datum
+zk_lock_array_timeout(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire_all(fcinfo, false, false, get_timeout_ms(fcinfo, 1)));
+}
+
+Datum
+zk_try_lock_array(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire_all(fcinfo, false, true, 0));
+}
+
+Datum
+zk_xact_lock_array(PG_FUNCTION_ARGS)
+{
+	acquire_all(fcinfo, true, false, -1);
+	PG_RETURN_VOID();
+}
+
+Datum
+zk_xact_lock_array_timeout(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire_all(fcinfo, true, false, get_timeout_ms(fcinfo, 1)));
+}
+
+Datum
+zk_try_xact_lock_array(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire_all(fcinfo, true, true, 0));
+}
+
+/*
+ * Release one session hold on each name; true if every one was held (each
+ * that was not gets a WARNING, as zk_unlock gives).
+ */
+Datum
+zk_unlock_array(PG_FUNCTION_ARGS)
+{
+	LockName   *names;
+	int			n = get_lock_names(fcinfo, &names);
+	bool		all = true;
+	int			i;
+
+	zkl_check_session();
+	for (i = 0; i < n; i++)
+		all &= zkh_release_session_hold(names[i].parent, false, names[i].name);
+	PG_RETURN_BOOL(all);
+}
+
+/* The semaphore name of argument 0 and its parent path. */
+void
+zkl_get_semaphore_parent(FunctionCallInfo fcinfo, char parent[ZKR_PARENT_MAX],
+						 char **name)
+{
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("zklock semaphore name must not be null")));
+	name_to_parent(PG_GETARG_TEXT_PP(0), "%semaphores/", parent, name);
+}
+
+/* The semaphore size argument 1. */
+static int
+get_slots(FunctionCallInfo fcinfo)
+{
+	int32		slots;
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("zklock semaphore size must not be null")));
+	slots = PG_GETARG_INT32(1);
+	if (slots < 1 || slots > ZKN_SLOTS_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("zklock semaphore size must be between 1 and %d",
+						ZKN_SLOTS_MAX)));
+	return slots;
+}
+
+/* Take one slot of the semaphore named by argument 0, of size argument 1. */
+static bool
+acquire_slot(FunctionCallInfo fcinfo, bool xact, bool try_only,
+			 int64 timeout_ms)
+{
+	char		parent[ZKR_PARENT_MAX];
+	char	   *name;
+	int			slots;
+
+	zkl_get_semaphore_parent(fcinfo, parent, &name);
+	slots = get_slots(fcinfo);
+	return acquire_name(parent, name, false, slots, xact, try_only,
+						timeout_ms);
+}
+
+PG_FUNCTION_INFO_V1(zk_semaphore_acquire);
+PG_FUNCTION_INFO_V1(zk_semaphore_acquire_timeout);
+PG_FUNCTION_INFO_V1(zk_try_semaphore_acquire);
+PG_FUNCTION_INFO_V1(zk_xact_semaphore_acquire);
+PG_FUNCTION_INFO_V1(zk_xact_semaphore_acquire_timeout);
+PG_FUNCTION_INFO_V1(zk_try_xact_semaphore_acquire);
+PG_FUNCTION_INFO_V1(zk_semaphore_release);
+PG_FUNCTION_INFO_V1(zk_semaphore_token);
+
+Datum
+zk_semaphore_acquire(PG_FUNCTION_ARGS)
+{
+	acquire_slot(fcinfo, false, false, -1);
+	PG_RETURN_VOID();
+}
+
+Datum
+zk_semaphore_acquire_timeout(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire_slot(fcinfo, false, false, get_timeout_ms(fcinfo, 2)));
+}
+
+Datum
+zk_try_semaphore_acquire(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire_slot(fcinfo, false, true, 0));
+}
+
+Datum
+zk_xact_semaphore_acquire(PG_FUNCTION_ARGS)
+{
+	acquire_slot(fcinfo, true, false, -1);
+	PG_RETURN_VOID();
+}
+
+Datum
+zk_xact_semaphore_acquire_timeout(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire_slot(fcinfo, true, false, get_timeout_ms(fcinfo, 2)));
+}
+
+Datum
+zk_try_xact_semaphore_acquire(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire_slot(fcinfo, true, true, 0));
+}
+
+Datum
+zk_semaphore_release(PG_FUNCTION_ARGS)
+{
+	char		parent[ZKR_PARENT_MAX];
+	char	   *name;
+
+	zkl_get_semaphore_parent(fcinfo, parent, &name);
+	zkl_check_session();
+	PG_RETURN_BOOL(zkh_release_slot(parent, name));
+}
+
+Datum
+zk_semaphore_token(PG_FUNCTION_ARGS)
+{
+	char		parent[ZKR_PARENT_MAX];
+	char	   *name;
+	int64		token;
+
+	zkl_get_semaphore_parent(fcinfo, parent, &name);
+	zkl_check_session();
+	token = zkh_slot_token(parent);
+	if (token == 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(token);
 }
 
 Datum

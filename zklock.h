@@ -28,6 +28,8 @@ extern ZkStats zk_stats;
 extern void zkl_check_session(void);
 extern void zkl_get_lock_parent(FunctionCallInfo fcinfo,
 								char parent[ZKR_PARENT_MAX], char **name);
+extern void zkl_get_semaphore_parent(FunctionCallInfo fcinfo,
+									 char parent[ZKR_PARENT_MAX], char **name);
 extern char *zkl_convert_lossy(const char *src, int len, int src_encoding,
 							   int dest_encoding, bool hex_escape);
 

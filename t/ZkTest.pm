@@ -17,7 +17,9 @@ our @EXPORT = qw(zk_cluster zk_session zk_children zk_contenders
   run_sql await_output zk_ensemble start_peer peer_send peer_expect
   peer_quit zk_session_last_xid zk_lock_nodes);
 
-my $hosts = $ENV{ZKLOCK_TEST_HOSTS}
+# The ensemble the helpers look at; a test with an ensemble of its own may
+# point them there.
+our $hosts = $ENV{ZKLOCK_TEST_HOSTS}
   or die "ZKLOCK_TEST_HOSTS is not set: run the suites with scripts/test-all";
 my $src = $ENV{ZKLOCK_SRC} or die "ZKLOCK_SRC is not set";
 
@@ -107,8 +109,9 @@ sub zkinspect
 	return $stdout;
 }
 
-# Every client's contender markers, with the sequence number after them.
-my $contender_re = qr/(?:-lock-|__lock__|__rlock__|__READ__|__WRIT__)(-?\d+)$/;
+# Every client's contender markers, and a zklock semaphore slot's, with the
+# sequence number after them.
+my $contender_re = qr/(?:-lock-|__lock__|__rlock__|__READ__|__WRIT__|-sem\d+-)(-?\d+)$/;
 
 # The lock nodes anywhere under a path.  Run it while the sessions that
 # made them are still open and idle: a node left behind by a live session
@@ -211,10 +214,12 @@ sub zk_ensemble
 }
 
 # A kazoo or Curator lock client on a lock path (test/peers/peer_kazoo.py,
-# test/peers/PeerCurator.java), driven over stdin/stdout.
+# test/peers/PeerCurator.java), driven over stdin/stdout.  %opts: hosts
+# (another connect string) and, for kazoo, tls ("CA,CERT,KEY" files).
 sub start_peer
 {
-	my ($kind, $path) = @_;
+	my ($kind, $path, %opts) = @_;
+	my $peer_hosts = $opts{hosts} // $hosts;
 	my @cmd;
 	if ($kind eq 'curator')
 	{
@@ -222,15 +227,16 @@ sub start_peer
 		chomp $cp;
 		@cmd = ('java', '-XX:-UsePerfData', '-XX:TieredStopAtLevel=1',
 			'-XX:+UseSerialGC', '-cp', $cp, "$src/test/peers/PeerCurator.java",
-			$hosts, $path);
+			$peer_hosts, $path);
 	}
 	else
 	{
 		my ($lock_kind) = $kind =~ /^kazoo-?(\w*)$/ or die "unknown peer $kind";
 		my @reuse = $lock_kind eq 'reused' ? ('--reuse-lock') : ();
 		$lock_kind = 'lock' if $lock_kind eq '' || $lock_kind eq 'reused';
+		my @tls = $opts{tls} ? ('--tls', $opts{tls}) : ();
 		@cmd = ('/usr/bin/python3', "$src/test/peers/peer_kazoo.py", '--kind',
-			$lock_kind, @reuse, $hosts, $path);
+			$lock_kind, @reuse, @tls, $peer_hosts, $path);
 	}
 	my $peer = { kind => $kind, in => '', out => '', err => '' };
 	$peer->{timer} = IPC::Run::timer($PostgreSQL::Test::Utils::timeout_default);

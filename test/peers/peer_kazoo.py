@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """A kazoo lock client that the zklock tests drive over stdin/stdout.
 
-Usage: peer_kazoo.py [--kind lock|read|write] [--reuse-lock] HOSTS LOCKPATH
+Usage: peer_kazoo.py [--kind lock|read|write] [--reuse-lock]
+                     [--tls CA,CERT,KEY] HOSTS LOCKPATH
 
 Connects to HOSTS, prints "ready", then reads one command per line and
 answers each with exactly one line:
@@ -38,6 +39,9 @@ Each acquire uses a new lock object, and tries once more with another on
 NoNodeError, as the README advises kazoo users; --reuse-lock keeps one
 object for the peer's life, as kazoo's examples do, and does not retry, to
 show what that meets when the lock's container parent is reaped.
+
+--tls connects over TLS, trusting the CA file CA and presenting the
+certificate CERT with its key KEY (PEM files).
 
 Logging goes to stderr at WARNING.
 """
@@ -192,16 +196,22 @@ def main():
     parser.add_argument("--kind", choices=("lock", "read", "write"),
                         default="lock")
     parser.add_argument("--reuse-lock", action="store_true")
+    parser.add_argument("--tls", metavar="CA,CERT,KEY")
     parser.add_argument("hosts")
     parser.add_argument("lockpath")
     args = parser.parse_args()
+    tls = {}
+    if args.tls:
+        ca, certfile, keyfile = args.tls.split(",")
+        tls = dict(use_ssl=True, verify_certs=True, ca=ca, certfile=certfile,
+                   keyfile=keyfile)
 
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="peer_kazoo: %(levelname)s %(name)s: "
                                "%(message)s")
     signal.signal(signal.SIGTERM, on_sigterm)
 
-    zk = KazooClient(hosts=args.hosts, timeout=SESSION_TIMEOUT_S)
+    zk = KazooClient(hosts=args.hosts, timeout=SESSION_TIMEOUT_S, **tls)
     try:
         try:
             zk.start(timeout=CONNECT_TIMEOUT_S)

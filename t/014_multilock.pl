@@ -1,0 +1,95 @@
+# All-or-nothing multi-locks: names taken in one canonical order whatever
+# order they are listed in, so two multi-locks never deadlock each other;
+# a timeout, a failed try or a cancel gives back every hold the call took.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time sleep);
+use ZkTest;
+
+my $root = '/zklock_t014';
+my $east = zk_cluster('east', $root);
+my $west = zk_cluster('west', $root);
+my ($out, $err);
+
+# --- two backends, opposite orders, 50 times each --------------------------
+{
+	my $a = zk_session($east);
+	my $b = zk_session($west);
+	# Detection off: a deadlock would show as a hang, not as a 40P01.
+	run_sql($_, 'SET zklock.deadlock_timeout = 0') for ($a, $b);
+	send_query($a, "SELECT count(*) FROM generate_series(1, 50) i, "
+		  . "LATERAL (SELECT zk_lock(ARRAY['pair_x', 'pair_y']), zk_unlock(ARRAY['pair_x', 'pair_y'])) t; "
+		  . "SELECT 'a done';");
+	send_query($b, "SELECT count(*) FROM generate_series(1, 50) i, "
+		  . "LATERAL (SELECT zk_lock(ARRAY['pair_y', 'pair_x']), zk_unlock(ARRAY['pair_y', 'pair_x'])) t; "
+		  . "SELECT 'b done';");
+	ok(await_output($a, qr/a done/), 'one backend takes [x, y] 50 times');
+	ok(await_output($b, qr/b done/), 'the other takes [y, x] 50 times, and neither deadlocks');
+	$_->quit for ($a, $b);
+}
+
+# --- a timeout with one name free and one held -------------------------------
+{
+	my $h = zk_session($west);
+	my $m = zk_session($east);
+	run_sql($h, "SELECT zk_lock('held_one')");
+	my $t0 = time;
+	($out) = run_sql($m, "SELECT zk_lock(ARRAY['free_one', 'held_one'], '1s')");
+	is($out, 'f', 'a multi-lock times out when one name is held');
+	cmp_ok(time - $t0, '<', 1 + 3, 'the timeout covers the whole call');
+	($out) = run_sql($m, "SELECT count(*) FROM zk_locks WHERE pid = pg_backend_pid()");
+	is($out, '0', 'and holds nothing');
+	is(scalar zk_contenders("$root/free_one"), 0, 'the free name is left unheld, with no node');
+	($out) = run_sql($m, "SELECT zk_try_lock(ARRAY['free_one', 'held_one'])");
+	is($out, 'f', 'a multi-try fails the same way');
+	is(scalar zk_contenders("$root/free_one"), 0, 'leaving nothing either');
+
+	send_query($m, "SELECT zk_lock(ARRAY['free_one', 'held_one']);");
+	ok(wait_for_zk_wait($east, $m->{zk_pid}), 'a multi-lock waits for the held name');
+	$east->safe_psql('postgres', "SELECT pg_cancel_backend($m->{zk_pid})");
+	ok(await_output($m, qr/canceling statement due to user request/), 'and is cancelled');
+	is(scalar zk_contenders("$root/free_one"), 0, 'giving back the name it had taken');
+	run_sql($h, "SELECT zk_unlock('held_one')");
+
+	# Transaction level: all at COMMIT.
+	run_sql($m, "BEGIN; SELECT zk_xact_lock(ARRAY['txn_b', 'txn_a', 'txn_b'])");
+	($out) = run_sql($m, "SELECT string_agg(name || ':' || holds, ',' ORDER BY name) FROM zk_locks WHERE pid = pg_backend_pid()");
+	is($out, 'txn_a:1,txn_b:1', 'a transaction multi-lock takes each name once');
+	($out) = run_sql($h, "SELECT zk_try_lock(ARRAY['txn_a'])");
+	is($out, 'f', 'and holds them');
+	run_sql($m, 'COMMIT');
+	($out) = run_sql($h, "SELECT zk_try_lock(ARRAY['txn_a', 'txn_b']) AND zk_unlock(ARRAY['txn_a', 'txn_b'])");
+	is($out, 't', 'until COMMIT');
+	$_->quit for ($h, $m);
+}
+
+# --- stacking, unlock, and single-name holds -----------------------------------
+{
+	my $s = zk_session($east);
+	run_sql($s, "SELECT zk_lock('single')");
+	run_sql($s, "SELECT zk_lock(ARRAY['single', 'other'])");
+	($out) = run_sql($s, "SELECT string_agg(name || ':' || holds, ',' ORDER BY name) FROM zk_locks WHERE pid = pg_backend_pid()");
+	is($out, 'other:1,single:2', 'a multi-lock stacks on a name already held');
+	($out, $err) = run_sql($s, "SELECT zk_unlock(ARRAY['single', 'other', 'never'])");
+	is($out, 'f', 'unlocking a list with a name not held returns false');
+	like($err, qr/WARNING:  zklock "never" is not held/, 'with a WARNING for it');
+	($out) = run_sql($s, "SELECT string_agg(name || ':' || holds, ',' ORDER BY name) FROM zk_locks WHERE pid = pg_backend_pid()");
+	is($out, 'single:1', 'and releases one hold of each name that was held');
+
+	my $w = zk_session($west);
+	run_sql($w, "SELECT zk_lock('blocked')");
+	($out) = run_sql($s, "SELECT zk_lock(ARRAY['single', 'blocked'], '300ms')");
+	is($out, 'f', 'a timed-out multi-lock');
+	($out) = run_sql($s, "SELECT string_agg(name || ':' || holds, ',' ORDER BY name) FROM zk_locks WHERE pid = pg_backend_pid()");
+	is($out, 'single:1', 'leaves an earlier single-name hold as it was');
+	run_sql($s, 'SELECT zk_unlock_all()');
+	run_sql($w, 'SELECT zk_unlock_all()');
+	$_->quit for ($s, $w);
+}
+
+is_deeply([ zk_lock_nodes($root) ], [], 'no lock node left');
+done_testing();
