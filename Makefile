@@ -26,11 +26,12 @@ SHLIB_LINK = -lzookeeper_mt -lpthread
 # TLS needs a ZooKeeper C client built with OpenSSL (Debian's is not):
 # make ZK_TLS_PREFIX=$(scripts/build-zookeeper-tls).  Its zookeeper.h
 # declares the TLS API only with HAVE_OPENSSL_H, and the rpath keeps
-# Debian's library, of the same soname, from being loaded instead.
+# Debian's library, of the same soname, from being loaded instead.  zklock
+# itself loads the TLS files once with OpenSSL, to report what is wrong.
 ifdef ZK_TLS_PREFIX
 PG_CPPFLAGS += -DHAVE_OPENSSL_H -I$(ZK_TLS_PREFIX)/include
 SHLIB_LINK = -L$(ZK_TLS_PREFIX)/lib -Wl,-rpath,$(ZK_TLS_PREFIX)/lib \
-	-lzookeeper_mt -lpthread
+	-lzookeeper_mt -lssl -lcrypto -lpthread
 endif
 
 PG_CONFIG ?= pg_config

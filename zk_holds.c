@@ -792,13 +792,6 @@ zkh_slot_token(const char *parent)
 	return token;
 }
 
-/* Is this node (a path) one of this backend's slots? */
-bool
-zkh_owns_slot(const char *path)
-{
-	return find_in(holds, path) != NULL;
-}
-
 /* Is this child of parent one of this backend's nodes? */
 bool
 zkh_owns_node(const char *parent, const char *child)

@@ -47,7 +47,6 @@ extern ZkrResult zkh_acquire_slot(const char *parent, const char *name,
 								  bool *waited);
 extern bool zkh_release_slot(const char *parent, const char *name);
 extern int64 zkh_slot_token(const char *parent);
-extern bool zkh_owns_slot(const char *path);
 extern bool zkh_release_session_hold(const char *parent, bool shared,
 									 const char *name);
 extern void zkh_release_all_session_holds(void);

@@ -430,11 +430,13 @@ slot_holders(const ZkqEntry *entries, int n, const int *order, bool *holds)
 
 /*
  * Does the semaphore contender at own hold a slot, or must it wait?  When
- * it waits, watch[0 .. *nwatch - 1] are the contenders to watch.
+ * it waits, watch[0 .. *nwatch - 1] are the contenders to watch, and
+ * *first_waiter says whether they are the holders (every contender ahead of
+ * it holds) or its predecessor, itself a waiter.
  */
 ZkqVerdict
 zkq_slot_decide(const ZkqEntry *entries, int n, int own, bool by_czxid,
-				int *watch, int *nwatch)
+				int *watch, int *nwatch, bool *first_waiter)
 {
 	int		   *order = creation_order(entries, n, by_czxid);
 	bool	   *holds = malloc((n > 0 ? n : 1) * sizeof(bool));
@@ -442,6 +444,7 @@ zkq_slot_decide(const ZkqEntry *entries, int n, int own, bool by_czxid,
 	int			k;
 
 	*nwatch = 0;
+	*first_waiter = false;
 	if (order == NULL || holds == NULL)
 	{
 		free(order);
@@ -456,7 +459,7 @@ zkq_slot_decide(const ZkqEntry *entries, int n, int own, bool by_czxid,
 			;
 		if (holds[order[k - 1]])
 		{
-			/* The first waiter: every contender ahead holds. */
+			*first_waiter = true;
 			for (*nwatch = 0; *nwatch < k; (*nwatch)++)
 				watch[*nwatch] = order[*nwatch];
 		}

@@ -49,7 +49,8 @@ extern int	zkq_blockers(const ZkqEntry *entries, int n, int own,
 extern bool zkq_describe(const ZkqEntry *entries, int n, bool by_czxid,
 						 int *order, bool *holds);
 extern ZkqVerdict zkq_slot_decide(const ZkqEntry *entries, int n, int own,
-								  bool by_czxid, int *watch, int *nwatch);
+								  bool by_czxid, int *watch, int *nwatch,
+								  bool *first_waiter);
 extern bool zkq_slot_describe(const ZkqEntry *entries, int n, bool by_czxid,
 							  int *order, bool *holds);
 

@@ -75,6 +75,8 @@ typedef struct Acquisition
 	char	  **watched;		/* a semaphore's first waiter: its watches */
 	int			nwatched;
 	bool		followed;		/* someone queued behind our node */
+	char	   *relisted_for;	/* a semaphore's predecessor ... */
+	int32		relisted_version;	/* ... and data version listed again for */
 } Acquisition;
 
 static bool
@@ -520,11 +522,12 @@ read_czxids(Acquisition *acq, ZkqEntry *entries, int *n, int own)
  * From the listing in acq->list, decide by the queue rules (zk_queue.c)
  * whether we hold the lock, must wait (for the nodes whose palloc'd paths
  * are in *watches: the predecessor, or every holder for the first waiter
- * of a semaphore) or must queue again.  Returns false if the listing must be taken again,
- * or at the deadline (timed_out set).
+ * of a semaphore, *first_waiter set) or must queue again.  Returns false if
+ * the listing must be taken again, or at the deadline (timed_out set).
  */
 static bool
-decide(Acquisition *acq, ZkqVerdict *verdict, char ***watches, int *nwatch)
+decide(Acquisition *acq, ZkqVerdict *verdict, char ***watches, int *nwatch,
+	   bool *first_waiter)
 {
 	ZkqEntry   *entries = palloc(Max(acq->list->nchildren, 1) * sizeof(ZkqEntry));
 	const char *own_name = basename_of(acq->node->path);
@@ -553,13 +556,15 @@ decide(Acquisition *acq, ZkqVerdict *verdict, char ***watches, int *nwatch)
 				own = i;
 	}
 	*nwatch = 0;
+	*first_waiter = false;
 	if (reading == READ_DONE)
 	{
 		int		   *watch = palloc(Max(n, 1) * sizeof(int));
 
 		if (acq->slots > 0)
 		{
-			*verdict = zkq_slot_decide(entries, n, own, by_czxid, watch, nwatch);
+			*verdict = zkq_slot_decide(entries, n, own, by_czxid, watch, nwatch,
+									   first_waiter);
 			acq->followed = false;
 			for (i = 0; i < n; i++)
 				acq->followed |= i != own &&
@@ -597,6 +602,9 @@ unwatch_all(Acquisition *acq)
 		zks_remove_watch(acq->watched[i]);
 		pfree(acq->watched[i]);
 	}
+	if (acq->watched)
+		pfree(acq->watched);
+	acq->watched = NULL;
 	acq->nwatched = 0;
 }
 
@@ -614,12 +622,13 @@ watch_all(Acquisition *acq, char **watches, int nwatch)
 	int			i;
 
 	unwatch_all(acq);
+	/* Recorded first, so that an error while sending still takes all back. */
 	acq->watched = watches;
+	acq->nwatched = nwatch;
 	acq->stats = palloc0(nwatch * sizeof(ZkRequest *));
 	acq->nstats = nwatch;
 	for (i = 0; i < nwatch; i++)
 		acq->stats[i] = zks_watch_data(watches[i]);
-	acq->nwatched = nwatch;
 	for (i = 0; i < nwatch; i++)
 	{
 		int			rc;
@@ -645,15 +654,19 @@ watch_all(Acquisition *acq, char **watches, int nwatch)
 
 /*
  * We hold a slot of a semaphore.  Take back the watches on the holders we
- * watched as the first waiter, and, if someone queued behind us while we
- * waited, change our node's data: that waiter watches it, and is now the
- * first waiter.  Returns false at the deadline.
+ * watched as the first waiter, and, if anyone stands behind us in the
+ * listing that granted us, change our node's data: that one may have seen
+ * us waiting and be watching us, and is now the first waiter.  This is done
+ * even when we did not wait ourselves: another client's listing, or our own
+ * taken late after a lost reply, may have shown us waiting.  Anyone queued
+ * after that listing sees us holding and does not need the signal.
+ * Returns false at the deadline.
  */
 static bool
 hand_on(Acquisition *acq)
 {
 	unwatch_all(acq);
-	while (acq->waited && acq->followed)
+	while (acq->followed)
 	{
 		ZkRequest  *set = zks_set_data(acq->node->path, acq->data,
 									   strlen(acq->data));
@@ -687,6 +700,8 @@ wait_in_queue(Acquisition *acq, bool wait)
 	{
 		char	  **watches;
 		int			nwatch;
+		bool		first_waiter;
+		bool		granted_unseen;
 		ZkqVerdict	verdict;
 		uint64		generation;
 		int			rc;
@@ -709,7 +724,7 @@ wait_in_queue(Acquisition *acq, bool wait)
 				return false;
 			continue;
 		}
-		if (!decide(acq, &verdict, &watches, &nwatch))
+		if (!decide(acq, &verdict, &watches, &nwatch, &first_waiter))
 		{
 			release_request(&acq->list);
 			if (acq->timed_out || !await_connected(acq))
@@ -721,7 +736,7 @@ wait_in_queue(Acquisition *acq, bool wait)
 			return acq->slots == 0 || hand_on(acq);
 		if (!wait)
 			return false;
-		if (nwatch > 1)
+		if (first_waiter)
 		{
 			/* A semaphore's first waiter: any holder's going frees a slot. */
 			acq->waited = true;
@@ -765,8 +780,27 @@ wait_in_queue(Acquisition *acq, bool wait)
 		if (!await_reply(acq, acq->watch))
 			return false;
 		rc = acq->watch->rc;
+
+		/*
+		 * A semaphore's predecessor, which we saw waiting, changes its data
+		 * when granted: if it did so before our watch was set, that watch
+		 * will never fire, so list again at once.  Only once for one change:
+		 * a node that looks changed but waiting is not zklock's doing.
+		 */
+		granted_unseen = rc == ZOK && acq->slots > 0 &&
+			acq->watch->stat.version != 0 &&
+			(acq->relisted_for == NULL ||
+			 strcmp(watches[0], acq->relisted_for) != 0 ||
+			 acq->watch->stat.version != acq->relisted_version);
+		if (granted_unseen)
+		{
+			if (acq->relisted_for)
+				pfree(acq->relisted_for);
+			acq->relisted_for = pstrdup(watches[0]);
+			acq->relisted_version = acq->watch->stat.version;
+		}
 		release_request(&acq->watch);
-		if (rc == ZOK)
+		if (rc == ZOK && !granted_unseen)
 		{
 			if (!await_watch(acq, generation))
 				return false;
@@ -776,9 +810,10 @@ wait_in_queue(Acquisition *acq, bool wait)
 			if (!await_connected(acq))
 				return false;
 		}
-		else if (rc != ZNONODE)
+		else if (rc != ZOK && rc != ZNONODE)
 			zks_report_error(rc, "watch", watches[0]);
 		pfree(watches[0]);
+		pfree(watches);
 	}
 }
 

@@ -48,6 +48,10 @@
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#ifdef HAVE_OPENSSL_H
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#endif
 
 #include "miscadmin.h"
 #include "storage/fd.h"
@@ -130,6 +134,10 @@ static pthread_cond_t watchdog_cond;
 static pthread_t watchdog_thread;
 static bool watchdog_running = false;
 static bool watchdog_stop = false;
+
+/* Handles being closed on a thread of their own (zks_close); zks_mutex. */
+static int	closers_running = 0;
+static pthread_cond_t closers_done = PTHREAD_COND_INITIALIZER;
 static bool loss_acted_on = false;
 static bool declared_lost = false;	/* sticky until a new handle is opened */
 static bool cancel_on_loss = false;
@@ -1372,6 +1380,64 @@ tls_settings(void)
 					setting_or_empty(zklock_tls_key_password));
 }
 
+#ifdef HAVE_OPENSSL_H
+/* Hands OpenSSL zklock.tls_key_password; with none set, no password at all. */
+static int
+key_password(char *buf, int size, int rwflag, void *userdata)
+{
+	const char *password = userdata;
+	int			len = strlen(password);
+
+	if (len == 0 || len >= size)
+		return 0;
+	memcpy(buf, password, len);
+	return len;
+}
+
+/*
+ * Load the CA, certificate and key as the client library will, and report
+ * what OpenSSL finds wrong.  Given files it cannot load, the library keeps
+ * its connection half made and retries at once, without end and without a
+ * useful message; given an encrypted key and no password, it would ask for
+ * one on the terminal.
+ */
+static void
+check_tls_files(const char *ca, const char *cert, const char *key,
+				const char *password)
+{
+	SSL_CTX    *ctx;
+	const char *setting = NULL;
+	const char *path = NULL;
+	char		reason[256];
+
+	ERR_clear_error();
+	ctx = SSL_CTX_new(TLS_client_method());
+	if (ctx == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	SSL_CTX_set_default_passwd_cb(ctx, key_password);
+	SSL_CTX_set_default_passwd_cb_userdata(ctx, (void *) password);
+	if (SSL_CTX_load_verify_locations(ctx, ca, NULL) != 1)
+		setting = "zklock.tls_ca", path = ca;
+	else if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1)
+		setting = "zklock.tls_cert", path = cert;
+	else if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1 ||
+			 SSL_CTX_check_private_key(ctx) != 1)
+		setting = "zklock.tls_key", path = key;
+	ERR_error_string_n(ERR_peek_last_error(), reason, sizeof(reason));
+	SSL_CTX_free(ctx);
+	ERR_clear_error();
+	if (setting != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("could not load %s \"%s\"", setting, path),
+				 errdetail("OpenSSL reported: %s.", reason),
+				 strcmp(setting, "zklock.tls_key") == 0 ?
+				 errhint("The key must be the one of zklock.tls_cert, and an encrypted key needs zklock.tls_key_password.") : 0));
+}
+#endif
+
 /*
  * The client library's TLS argument, "ca,cert,key[,password]" (malloc'd),
  * from the zklock.tls_* settings; NULL when none is set.  A session never
@@ -1403,6 +1469,7 @@ tls_argument(void)
 	{
 		const char *names[] = {"zklock.tls_ca", "zklock.tls_cert", "zklock.tls_key"};
 		char	   *argument;
+		char	   *copy;
 
 		for (i = 0; i < lengthof(files); i++)
 			if (files[i] == NULL || files[i][0] == '\0')
@@ -1423,9 +1490,18 @@ tls_argument(void)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("zklock.tls_key_password must not contain a comma")));
+		check_tls_files(files[0], files[1], files[2], password);
 		argument = psprintf("%s,%s,%s%s%s", files[0], files[1], files[2],
 							password[0] != '\0' ? "," : "", password);
-		return strdup(argument);
+		copy = strdup(argument);
+		explicit_bzero(argument, strlen(argument));
+		pfree(argument);
+		/* Never NULL: to the caller, NULL means plain text. */
+		if (copy == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("out of memory")));
+		return copy;
 	}
 #endif
 }
@@ -1486,10 +1562,19 @@ authenticate(void)
 	}
 }
 
+/*
+ * Close the session, and let handles still closing finish first: the
+ * process must not exit while library threads are inside OpenSSL.  Each
+ * ends within its handshake's time limit.
+ */
 static void
 close_at_exit(int code, Datum arg)
 {
 	zks_close();
+	pthread_mutex_lock(&zks_mutex);
+	while (closers_running > 0)
+		pthread_cond_wait(&closers_done, &zks_mutex);
+	pthread_mutex_unlock(&zks_mutex);
 }
 
 static void
@@ -1917,10 +2002,6 @@ zks_open(void)
 }
 
 /*
- * Close the session.  The server deletes our ephemeral nodes at once.  Never
- * called from a library thread: zookeeper_close joins them.
- */
-/*
  * The library's state while a TLS handshake runs; its header does not
  * declare it.
  */
@@ -1930,9 +2011,17 @@ static void *
 closer_main(void *arg)
 {
 	zookeeper_close((zhandle_t *) arg);
+	pthread_mutex_lock(&zks_mutex);
+	closers_running--;
+	pthread_cond_broadcast(&closers_done);
+	pthread_mutex_unlock(&zks_mutex);
 	return NULL;
 }
 
+/*
+ * Close the session.  The server deletes our ephemeral nodes at once.  Never
+ * called from a library thread: zookeeper_close joins them.
+ */
 void
 zks_close(void)
 {
@@ -1958,14 +2047,27 @@ zks_close(void)
 	pthread_mutex_unlock(&zks_mutex);
 
 	/*
-	 * The library runs a TLS handshake in its I/O thread with no time
-	 * limit, and closing joins that thread: a server that took the
-	 * connection but never answers would hold the backend.  No session
-	 * exists yet then, so nothing is lost by closing on a thread of its
-	 * own, which ends when the handshake does (or with the backend).
+	 * The library runs a TLS handshake in its I/O thread, and closing joins
+	 * that thread: a server that took the connection but never answers
+	 * would hold the backend until the handshake times out (a third of the
+	 * session timeout, see scripts/build-zookeeper-tls).  No session exists
+	 * yet then, so nothing is lost by closing on a thread of its own.
 	 */
-	if (zoo_state(handle) != SSL_CONNECTING_STATE ||
-		!start_thread(NULL, closer_main, handle))
+	if (zoo_state(handle) == SSL_CONNECTING_STATE)
+	{
+		pthread_mutex_lock(&zks_mutex);
+		closers_running++;
+		pthread_mutex_unlock(&zks_mutex);
+		if (start_thread(NULL, closer_main, handle))
+			handle = NULL;
+		else
+		{
+			pthread_mutex_lock(&zks_mutex);
+			closers_running--;
+			pthread_mutex_unlock(&zks_mutex);
+		}
+	}
+	if (handle != NULL)
 		zookeeper_close(handle);
 	session_id = 0;
 }

@@ -935,8 +935,12 @@ acquire_all(FunctionCallInfo fcinfo, bool xact, bool try_only,
 		TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 									Min(timeout_ms, MAX_TIMEOUT_MS)) : 0;
 	volatile int taken = 0;
+	int64		losses;
 	int			i;
 
+	/* Holds lost before the call are no concern of it. */
+	zkl_check_session();
+	losses = zkh_losses();
 	PG_TRY();
 	{
 		for (; taken < n; taken++)
@@ -949,6 +953,17 @@ acquire_all(FunctionCallInfo fcinfo, bool xact, bool try_only,
 			if (!acquire_name(names[taken].parent, names[taken].name, false, 0,
 							  xact, try_only, left))
 				break;
+
+			/*
+			 * A session lost between two names takes the earlier ones with
+			 * it, and only a WARNING says so: give up the rest.
+			 */
+			if (zkh_losses() != losses)
+				ereport(ERROR,
+						(errcode(ERRCODE_CONNECTION_FAILURE),
+						 errmsg("zklock lost its ZooKeeper session while taking several locks"),
+						 errdetail("None of the locks of this call is held."),
+						 errhint("Call it again to take them all.")));
 		}
 	}
 	PG_CATCH();

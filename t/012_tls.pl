@@ -4,8 +4,10 @@
 # takes, waits for and releases locks over TLS, shares a lock with a kazoo
 # client over TLS, works with zklock.auth and an encrypted key, and fails
 # with a clear error, within zklock.connect_timeout, given a wrong CA, a
-# client certificate the servers do not trust, or a plain-text port; an
-# incomplete setting is an ERROR at once.  Without it (the default build):
+# client certificate the servers do not trust, a plain-text port, or a
+# server that never answers the handshake (which leaves no thread behind and
+# does not keep the other servers from being used); incomplete settings and
+# files OpenSSL cannot load are an ERROR at once.  Without it (the default build):
 # setting TLS up is an ERROR that says how to get a TLS build, never a
 # session in plain text.
 use strict;
@@ -14,6 +16,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use IO::Socket::INET;
 use Time::HiRes qw(time);
 use ZkTest;
 
@@ -233,6 +236,72 @@ fails_within([ "zklock.hosts = '$plain_hosts'" ], $handshake,
 	like($err, qr/ERROR:  could not open zklock.tls_ca "[^"]+": No such file or directory/,
 		'a missing CA file is an ERROR at once');
 	$s->quit;
+}
+
+# Files OpenSSL cannot load are refused at once, with OpenSSL's reason: the
+# client library would retry them without end.
+{
+	my $s = zk_session($node);
+	my $refused = sub {
+		my ($setting, $what) = @_;
+		my $t0 = time;
+		($out, $err) = run_sql($s, "SELECT zk_try_lock('failing')");
+		like($err, qr/ERROR:  could not load zklock\.$setting "[^"]+"\nDETAIL:  OpenSSL reported: error:\S+/,
+			"$what is an ERROR with OpenSSL's reason");
+		cmp_ok(time - $t0, '<', 2, "$what: at once");
+	};
+	run_sql($s, "SET zklock.tls_key = '$certs/client-encrypted.key'");
+	$refused->('tls_key', 'an encrypted key without its password');
+	like($err, qr/HINT:  .*zklock\.tls_key_password/, 'the hint names the password setting');
+	run_sql($s, "SET zklock.tls_key_password = 'not the secret'");
+	$refused->('tls_key', 'a wrong key password');
+	run_sql($s, 'RESET zklock.tls_key_password');
+	run_sql($s, "SET zklock.tls_key = '$certs/stranger.key'");
+	$refused->('tls_key', 'a key that is not the certificate\'s');
+	run_sql($s, 'RESET zklock.tls_key');
+	run_sql($s, "SET zklock.tls_ca = '$certs/client.key'");
+	$refused->('tls_ca', 'a CA file without a certificate');
+	($out) = run_sql($s, 'SELECT state FROM zk_status()');
+	is($out, 'closed', 'and no session is opened');
+	$s->quit;
+}
+
+# --- a server that takes the connection but never answers ---------------------
+{
+	# The kernel completes the connection into the backlog; nobody answers.
+	my $frozen = IO::Socket::INET->new(Listen => 16, LocalAddr => '127.0.0.1',
+		LocalPort => 0, Proto => 'tcp')
+	  or die "cannot listen: $!";
+	my $frozen_host = '127.0.0.1:' . $frozen->sockport;
+	my $s = zk_session($node);
+	my $threads = sub { scalar(() = glob("/proc/$s->{zk_pid}/task/*")) };
+	my $before = $threads->();
+	run_sql($s, "SET zklock.session_timeout = '3s'");
+	run_sql($s, "SET zklock.hosts = '$frozen_host'");
+	for my $try (1 .. 3)
+	{
+		my $t0 = time;
+		($out, $err) = run_sql($s, "SELECT zk_try_lock('failing')");
+		like($err, qr/ERROR:  could not connect to ZooKeeper at "\Q$frozen_host\E" over TLS within 3000 ms/,
+			"a server that never answers the handshake fails, try $try");
+		cmp_ok(time - $t0, '<', 3 + 2, "within zklock.connect_timeout, try $try");
+	}
+	ok(wait_until('the stuck handshakes to be given up',
+			sub { $threads->() == $before }, 10),
+		'each stuck handshake is given up: no thread is left behind');
+
+	# The client library tries the servers in a random order: a frozen one
+	# first must not keep it from the others.
+	my @tls = split /,/, $tls_hosts;
+	for my $try (1 .. 4)
+	{
+		my $hosts = join ',', $try % 2 ? ($frozen_host, $tls[0]) : ($tls[0], $frozen_host);
+		run_sql($s, "SET zklock.hosts = '$hosts'");
+		($out, $err) = run_sql($s, "SELECT zk_try_lock('past_frozen'), zk_unlock('past_frozen')");
+		is($out, 't|t', "with a server that never answers among them, another one is used, try $try");
+	}
+	$s->quit;
+	close $frozen;
 }
 
 # Only superusers may change where zklock connects and what it trusts.

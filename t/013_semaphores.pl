@@ -155,25 +155,54 @@ sub still_waiting
 }
 
 # --- a release wakes only the waiter that gets the slot ------------------------
+sub four_letter
+{
+	my ($server, $word) = @_;
+	my ($host, $port) = split /:/, $server;
+	my $sock = IO::Socket::INET->new(PeerAddr => $host, PeerPort => $port, Timeout => 5)
+	  or die "cannot reach $server";
+	print $sock $word;
+	return do { local $/; <$sock> };
+}
+
 sub mntr_sum
 {
 	my ($key) = @_;
 	my $sum = 0;
 	for my $server (split /,/, $ZkTest::hosts)
 	{
-		my ($host, $port) = split /:/, $server;
-		my $sock = IO::Socket::INET->new(PeerAddr => $host, PeerPort => $port, Timeout => 5)
-		  or die "cannot reach $server";
-		print $sock 'mntr';
-		my $text = do { local $/; <$sock> };
+		my $text = four_letter($server, 'mntr');
 		$sum += $1 if $text =~ /^\Q$key\E\s+(\d+)$/m;
 	}
 	return $sum;
+}
+
+# Is the node at path watched by the session with this id ("0x..."), on
+# any server?
+sub watched_by
+{
+	my ($path, $session_id) = @_;
+	for my $server (split /,/, $ZkTest::hosts)
+	{
+		my $path_seen;
+		for my $line (split /\n/, four_letter($server, 'wchp'))
+		{
+			if ($line =~ /^\S/) { $path_seen = $line; next; }
+			return 1 if $path_seen eq $path && $line =~ /^\s+\Q$session_id\E\s*$/i;
+		}
+	}
+	return 0;
 }
 {
 	my @h = map { zk_session($east) } 1 .. 2;
 	my @w = map { zk_session($_ % 2 ? $west : $east) } 1 .. 4;
 	run_sql($_, "SELECT zk_semaphore_acquire('herd', 2)") for @h;
+	# Each waiter's session id, for "wchp"; a lock call opens the session.
+	my @sessions = map
+	{
+		run_sql($_, "SELECT zk_try_lock('herd_warm_up') AND zk_unlock('herd_warm_up')");
+		(run_sql($_, 'SELECT session_id FROM zk_status()'))[0]
+	} @w;
 	for my $i (0 .. $#w)
 	{
 		send_query($w[$i], "SELECT 'granted $i' FROM zk_semaphore_acquire('herd', 2);");
@@ -184,6 +213,13 @@ sub mntr_sum
 	my @holders = @h;
 	for my $i (0 .. $#w)
 	{
+		# Release only once the first waiter watches both holders, so that
+		# the count below does not depend on how fast it got there.
+		my @holder_nodes = map { "$root/%semaphores/herd/$_" }
+		  (zk_contenders("$root/%semaphores/herd"))[ 0 .. 1 ];
+		ok(wait_until("waiter $i watching the holders",
+				sub { !grep { !watched_by($_, $sessions[$i]) } @holder_nodes }),
+			"waiter $i, the first, watches both holders");
 		run_sql(shift @holders, "SELECT zk_semaphore_release('herd')");
 		ok(await_output($w[$i], qr/granted $i/), "release $i: waiter $i gets the slot");
 		push @holders, $w[$i];
@@ -214,6 +250,25 @@ sub mntr_sum
 }
 
 # --- 200 acquisitions by random holders on both clusters ----------------------
+sub stress_worker
+{
+	my ($node, $store, $slots) = @_;
+	my $dbh = DBI->connect('dbi:Pg:host=' . $node->host . ';port=' . $node->port
+		  . ';dbname=postgres', '', '', { RaiseError => 1, PrintError => 0 });
+	my $gauge = DBI->connect('dbi:Pg:host=' . $store->host . ';port=' . $store->port
+		  . ';dbname=postgres', '', '', { RaiseError => 1, PrintError => 0 });
+	for (1 .. 25)
+	{
+		$dbh->do("SELECT zk_semaphore_acquire('stress', $slots)");
+		$gauge->do('UPDATE gauge SET inside = inside + 1, entries = entries + 1, '
+			  . 'peak = greatest(peak, inside + 1)');
+		sleep rand(0.03);
+		$gauge->do('UPDATE gauge SET inside = inside - 1');
+		$dbh->do("SELECT zk_semaphore_release('stress')");
+	}
+	return;
+}
+
 {
 	my $store = PostgreSQL::Test::Cluster->new('store');
 	$store->init;
@@ -230,24 +285,22 @@ sub mntr_sum
 		die "fork: $!" unless defined $pid;
 		if ($pid == 0)
 		{
-			my $dbh = DBI->connect('dbi:Pg:host=' . $node->host . ';port=' . $node->port
-				  . ';dbname=postgres', '', '', { RaiseError => 1, PrintError => 0 });
-			my $gauge = DBI->connect('dbi:Pg:host=' . $store->host . ';port=' . $store->port
-				  . ';dbname=postgres', '', '', { RaiseError => 1, PrintError => 0 });
-			for (1 .. 25)
-			{
-				$dbh->do("SELECT zk_semaphore_acquire('stress', $slots)");
-				$gauge->do('UPDATE gauge SET inside = inside + 1, entries = entries + 1, '
-					  . 'peak = greatest(peak, inside + 1)');
-				sleep rand(0.03);
-				$gauge->do('UPDATE gauge SET inside = inside - 1');
-				$dbh->do("SELECT zk_semaphore_release('stress')");
-			}
-			POSIX::_exit(0);
+			# A stuck semaphore fails the test instead of hanging it; an
+			# error ends the child without running the test's END blocks.
+			alarm 180;
+			my $ok = eval { stress_worker($node, $store, $slots); 1 };
+			print STDERR "worker $i: $@" unless $ok;
+			POSIX::_exit($ok ? 0 : 1);
 		}
 		push @pids, $pid;
 	}
-	waitpid($_, 0) for @pids;
+	my $failed = 0;
+	for (@pids)
+	{
+		waitpid($_, 0);
+		$failed++ if $?;
+	}
+	is($failed, 0, 'every worker finished without error or hang');
 	is($store->safe_psql('postgres', 'SELECT entries, inside FROM gauge'), '200|0',
 		'200 acquisitions by 8 backends on two clusters');
 	my $peak = $store->safe_psql('postgres', 'SELECT peak FROM gauge');
