@@ -68,17 +68,16 @@
 #include "zk_queue.h"
 #include "zk_session.h"
 #include "zk_shared.h"
-#include "zklock.h"
+#include "zk_text.h"
 
-int			zklock_deadlock_timeout = 1000;
+/* Set in zkd_define_settings, with its default. */
+int			zklock_deadlock_timeout;
 
 /* The published waits live under <root>/WAITS_DIR. */
 #define WAITS_DIR			"%waits"
 
 /* How many waiting sessions one check follows at most. */
 #define MAX_MEMBERS			1024
-
-static int64 deadlocks = 0;
 
 void
 zkd_define_settings(void)
@@ -91,13 +90,6 @@ zkd_define_settings(void)
 							PGC_SUSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
-}
-
-/* How many deadlocks this backend was the victim of. */
-int64
-zkd_deadlocks(void)
-{
-	return deadlocks;
 }
 
 /* One waiting session of the wait-for graph. */
@@ -568,14 +560,14 @@ lock_name_of(const char *parent)
 
 	if (!zkn_decode_name(last, name, sizeof(name), &len))
 		return pstrdup(last);
-	return zkl_convert_lossy(name, len, PG_UTF8, GetDatabaseEncoding(), true);
+	return zkt_convert_lossy(name, len, PG_UTF8, GetDatabaseEncoding(), true);
 }
 
 /* "<pid> on <host>:<port>", for the deadlock report. */
 static char *
 process_of(const ZknIdentity *id)
 {
-	char	   *host = zkl_convert_lossy(id->host, strlen(id->host), PG_UTF8,
+	char	   *host = zkt_convert_lossy(id->host, strlen(id->host), PG_UTF8,
 										 GetDatabaseEncoding(), true);
 
 	return psprintf("%ld on %s:%ld", id->pid, host, id->port);
@@ -613,8 +605,7 @@ report_deadlock(Search *s)
 						 lock_name_of(waiter->wait.parent),
 						 process_of(&holder->wait.id));
 	}
-	deadlocks++;
-	zksh_count(s->members[0].wait.parent, ZKSH_DEADLOCKS, 1);
+	zksh_count(s->members[0].wait.parent, false, ZKSH_DEADLOCKS, 1);
 	ereport(ERROR,
 			(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
 			 errmsg("deadlock detected"),

@@ -30,6 +30,5 @@ extern bool zkd_check(const char *parent, const char *node_path,
 					  const char *identity, ZkdWait *published,
 					  TimestampTz deadline, uint64 generation);
 extern void zkd_withdraw(ZkdWait *published);
-extern int64 zkd_deadlocks(void);
 
 #endif							/* ZK_DEADLOCK_H */

@@ -32,8 +32,10 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -51,7 +53,7 @@ typedef struct HoldMode
 	SubTransactionId *xact_subids;	/* subtransaction of each xact hold */
 	int			xact_alloc;
 	TimestampTz since;			/* when the node was granted */
-	uint64		contact_epoch;	/* zks_contact_epoch when last known ours */
+	uint64		verified_at;	/* zks_connection_count when last known ours */
 	int			shown;			/* slot showing it server-wide (zk_shared.c) */
 } HoldMode;
 
@@ -72,6 +74,39 @@ typedef struct LockEntry
 static HTAB *holds = NULL;
 static HTAB *lost_holds = NULL;
 static int64 losses = 0;
+
+static emit_log_hook_type prev_emit_log_hook = NULL;
+
+/*
+ * A transaction whose zklock was lost: its running statement is cancelled,
+ * its COMMIT refused.  The detail names the locks.
+ */
+#define LOST_XACT_CANCEL_MSG \
+	"canceling statement because zklock lost its ZooKeeper session"
+#define LOST_XACT_CANCEL_HINT \
+	"The transaction cannot commit.  Roll it back and retry it under a new lock."
+#define LOST_XACT_COMMIT_MSG \
+	"cannot commit because zklock lost its ZooKeeper session"
+#define LOST_XACT_COMMIT_HINT \
+	"The transaction is rolled back.  Retry it under a new lock."
+#define LOST_XACT_DETAIL \
+	"The transaction held these locks, now lost: %s.  The session expired or was cut off for longer than its timeout; another client may hold them now."
+
+/* Whether COMMIT and ROLLBACK wait for their releases to be confirmed. */
+static bool zklock_synchronous_release;
+
+void
+zkh_define_settings(void)
+{
+	DefineCustomBoolVariable("zklock.synchronous_release",
+							 "Sets whether COMMIT and ROLLBACK wait for ZooKeeper to confirm the release of transaction-level locks.",
+							 "When off, the release is sent and retried until confirmed, but the transaction ends at once.",
+							 &zklock_synchronous_release,
+							 true,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
+}
 
 static HTAB *
 make_table(const char *name)
@@ -393,7 +428,7 @@ zkh_acquire(const char *parent, const char *name, bool shared, bool xact,
 	if (result == ZKR_GRANTED)
 	{
 		mode->since = GetCurrentTimestamp();
-		mode->contact_epoch = zks_contact_epoch();
+		mode->verified_at = zks_connection_count();
 		add_hold(mode, xact);
 	}
 	else
@@ -496,8 +531,8 @@ zkh_release_all_session_holds(void)
 	finish_releases(true);
 }
 
-bool
-zkh_is_empty(void)
+static bool
+is_empty(void)
 {
 	return holds == NULL || hash_get_num_entries(holds) == 0;
 }
@@ -550,14 +585,14 @@ is_held(const LockEntry *entry)
  * The session that held our nodes is gone, and the nodes with it.  Move
  * every entry to the lost table and say which locks were lost.
  */
-void
-zkh_mark_all_lost(void)
+static void
+mark_all_lost(void)
 {
 	HASH_SEQ_STATUS status;
 	LockEntry  *entry;
 	StringInfoData names;
 
-	if (zkh_is_empty())
+	if (is_empty())
 		return;
 	initStringInfo(&names);
 	hash_seq_init(&status, holds);
@@ -566,8 +601,7 @@ zkh_mark_all_lost(void)
 		if (is_held(entry))
 		{
 			append_name(&names, entry->name);
-			if (!entry->semaphore)
-				zksh_count(entry->key, ZKSH_LOSSES, 1);
+			zksh_count(entry->key, entry->semaphore, ZKSH_LOSSES, 1);
 		}
 		move_to_lost(entry);
 	}
@@ -575,9 +609,9 @@ zkh_mark_all_lost(void)
 	zks_set_cancel_on_loss(false);
 	if (names.len > 0)
 		ereport(WARNING,
-				(errmsg("zklock lost its ZooKeeper session and with it these locks: %s",
-						names.data),
-				 errdetail("The session expired or was cut off for longer than its timeout."),
+				(errmsg("zklock lost its ZooKeeper session"),
+				 errdetail("These locks were held, and are lost: %s.  The session expired or was cut off for longer than its timeout.",
+						   names.data),
 				 errhint("Another client may have acquired them since.  Redo the work they protect under a new lock.")));
 	pfree(names.data);
 }
@@ -597,8 +631,8 @@ append_xact_hold_names(StringInfo names, HTAB *table)
 }
 
 /* Names of the locks held at transaction level, live or lost, for messages. */
-char *
-zkh_xact_hold_names(void)
+static char *
+xact_hold_names(void)
 {
 	StringInfoData names;
 
@@ -613,12 +647,6 @@ zkh_xact_hold_names(void)
  * services interrupts), and must then read as the refused commit it is.
  */
 static bool committing = false;
-
-bool
-zkh_committing(void)
-{
-	return committing;
-}
 
 /*
  * The fencing token of an entry: the czxid of the backend's earliest node
@@ -686,7 +714,7 @@ zkh_acquire_slot(const char *parent, const char *name, int slots, bool xact,
 		mode->node = node;
 		reserve_subids(mode, 1);
 		mode->since = GetCurrentTimestamp();
-		mode->contact_epoch = zks_contact_epoch();
+		mode->verified_at = zks_connection_count();
 		add_hold(mode, xact);
 	}
 	PG_CATCH();
@@ -828,6 +856,26 @@ zkh_held_count(void)
 	return n;
 }
 
+/*
+ * Before any lock work: if the session was lost (or closed under held
+ * locks, or a release could not be kept track of), report the lost locks
+ * and close it; if settings changed and nothing is held, close it so the
+ * next lock opens one with the new settings.
+ */
+void
+zkh_check_session(void)
+{
+	/* A loss cancel that never reached a statement is moot now. */
+	(void) zks_take_loss_cancel();
+	if (!zks_is_open() || zks_is_lost() || zks_janitor_failed())
+	{
+		mark_all_lost();
+		zks_close();
+	}
+	else if (zks_settings_changed() && is_empty())
+		zks_close();
+}
+
 /* How many holds were lost with a session, over this backend's life. */
 int64
 zkh_losses(void)
@@ -908,11 +956,11 @@ confirm_xact_holds(void)
 	LockEntry  *entry;
 	StringInfoData lost_names;
 
-	if (zkh_is_empty())
+	if (is_empty())
 		return;
 	if (!zks_confirm_contact())
 	{
-		zkh_mark_all_lost();
+		mark_all_lost();
 		zks_close();
 		return;
 	}
@@ -935,10 +983,10 @@ confirm_xact_holds(void)
 		{
 			HoldMode   *mode = &entry->modes[m];
 
-			if (!has_node(mode) || mode->contact_epoch == zks_contact_epoch())
+			if (!has_node(mode) || mode->verified_at == zks_connection_count())
 				continue;
 			if (zkr_verify(mode->node.path))
-				mode->contact_epoch = zks_contact_epoch();
+				mode->verified_at = zks_connection_count();
 			else if (lost_names.len == 0)
 				append_name(&lost_names, entry->name);
 		}
@@ -946,10 +994,10 @@ confirm_xact_holds(void)
 	if (lost_names.len > 0)
 	{
 		ereport(WARNING,
-				(errmsg("zklock found a lock node gone after reconnecting, for lock %s",
-						lost_names.data),
-				 errdetail("Another client deleted it; the ZooKeeper session is ended so that none of its other nodes is trusted.")));
-		zkh_mark_all_lost();
+				(errmsg("zklock found a lock node gone after reconnecting"),
+				 errdetail("Another client deleted the node of lock %s; the ZooKeeper session is ended so that none of its other nodes is trusted.",
+						   lost_names.data)));
+		mark_all_lost();
 		zks_close();
 	}
 	pfree(lost_names.data);
@@ -966,9 +1014,9 @@ refuse_commit_of_lost_holds(void)
 	if (names.len > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_TRANSACTION_ROLLBACK),
-				 errmsg(ZKH_CANNOT_COMMIT_MSG, names.data),
-				 errdetail(ZKH_CANNOT_COMMIT_DETAIL),
-				 errhint(ZKH_CANNOT_COMMIT_HINT)));
+				 errmsg(LOST_XACT_COMMIT_MSG),
+				 errdetail(LOST_XACT_DETAIL, names.data),
+				 errhint(LOST_XACT_COMMIT_HINT)));
 	pfree(names.data);
 }
 
@@ -1041,8 +1089,8 @@ has_xact_holds_in(HTAB *table)
 	return false;
 }
 
-void
-zkh_xact_callback(XactEvent event, void *arg)
+static void
+xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
@@ -1075,6 +1123,49 @@ zkh_xact_callback(XactEvent event, void *arg)
 	}
 }
 
+/*
+ * When the loss watchdog cancels a statement because a transaction's lock
+ * was lost, say so instead of "canceling statement due to user request";
+ * during COMMIT, say that the commit is refused, as it is.  The watchdog
+ * runs on a thread of its own, where a query cancel is the only way to
+ * interrupt the backend, so the error is PostgreSQL's cancel, reworded
+ * here on its way out.
+ */
+static void
+explain_loss_cancel(ErrorData *edata)
+{
+	if (edata->elevel == ERROR && edata->sqlerrcode == ERRCODE_QUERY_CANCELED &&
+		zks_take_loss_cancel())
+	{
+		char	   *names = xact_hold_names();
+
+		if (names[0] == '\0')
+			names = "(none left)";
+		if (committing)
+			edata->sqlerrcode = ERRCODE_TRANSACTION_ROLLBACK;
+		edata->message = pstrdup(committing ? LOST_XACT_COMMIT_MSG :
+								 LOST_XACT_CANCEL_MSG);
+		edata->detail = psprintf(LOST_XACT_DETAIL, names);
+		edata->hint = pstrdup(committing ? LOST_XACT_COMMIT_HINT :
+							  LOST_XACT_CANCEL_HINT);
+	}
+	if (prev_emit_log_hook)
+		prev_emit_log_hook(edata);
+}
+
+static void subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+							 SubTransactionId parentSubid, void *arg);
+
+/* Install the transaction callbacks and the loss cancel's wording. */
+void
+zkh_register_callbacks(void)
+{
+	RegisterXactCallback(xact_callback, NULL);
+	RegisterSubXactCallback(subxact_callback, NULL);
+	prev_emit_log_hook = emit_log_hook;
+	emit_log_hook = explain_loss_cancel;
+}
+
 static void
 reassign_subxact(HTAB *table, SubTransactionId mySubid,
 				 SubTransactionId parentSubid)
@@ -1097,9 +1188,9 @@ reassign_subxact(HTAB *table, SubTransactionId mySubid,
 	}
 }
 
-void
-zkh_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-					 SubTransactionId parentSubid, void *arg)
+static void
+subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+				 SubTransactionId parentSubid, void *arg)
 {
 	switch (event)
 	{

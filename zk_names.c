@@ -169,6 +169,21 @@ static const struct
 	{"__WRIT__", false},
 };
 
+/*
+ * Which peer made a contender node that is not zklock's (zklock's names
+ * look like Curator's, so ask only about nodes whose data is not zklock's):
+ * kazoo's markers are its own, and Curator starts every name with "_c_".
+ */
+const char *
+zkn_peer_of(const char *child)
+{
+	if (strstr(child, "__lock__") || strstr(child, "__rlock__"))
+		return "kazoo";
+	if (strncmp(child, "_c_", 3) == 0)
+		return "curator";
+	return "unknown";
+}
+
 /* Where the last occurrence of marker in child ends, or 0 if none. */
 static size_t
 marker_end(const char *child, size_t len, const char *marker)

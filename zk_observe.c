@@ -14,17 +14,17 @@
 #include "postgres.h"
 
 #include "funcapi.h"
-#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "zk_args.h"
 #include "zk_deadlock.h"
 #include "zk_holds.h"
 #include "zk_queue.h"
 #include "zk_session.h"
 #include "zk_shared.h"
-#include "zklock.h"
+#include "zk_text.h"
 
 PG_FUNCTION_INFO_V1(zk_locks);
 PG_FUNCTION_INFO_V1(zk_lock_contenders);
@@ -49,28 +49,6 @@ session_state_name(void)
 			return "lost";
 	}
 	return "unknown";
-}
-
-static bool
-is_valid_utf8(const char *data, int len)
-{
-	return pg_encoding_verifymbstr(PG_UTF8, data, len) == len;
-}
-
-/*
- * A name kept in UTF-8 (zk_shared.c), in the database encoding; bytes
- * that are not UTF-8 (a SQL_ASCII database's name) or that the encoding
- * lacks are shown escaped.
- */
-static Datum
-shown_name(const char *utf8)
-{
-	int			len = strlen(utf8);
-
-	return CStringGetTextDatum(zkl_convert_lossy(utf8, len,
-												 is_valid_utf8(utf8, len) ?
-												 PG_UTF8 : PG_SQL_ASCII,
-												 GetDatabaseEncoding(), true));
 }
 
 #define ZK_LOCKS_COLUMNS	11
@@ -165,7 +143,7 @@ zk_locks(PG_FUNCTION_ARGS)
 			int			count = scope ? h->xact_count : h->session_count;
 
 			if (count > 0)
-				put_lock_row(rsinfo, h->pid, h->database, shown_name(h->name),
+				put_lock_row(rsinfo, h->pid, h->database, zkt_shown_name(h->name),
 							 mode_name(h->shared, h->semaphore),
 							 scope ? "transaction" : "session",
 							 count, h->lost ? "lost" : "held", h->node,
@@ -178,7 +156,7 @@ zk_locks(PG_FUNCTION_ARGS)
 		ZkshWait   *w = &waits[i];
 
 		if (w->pid != MyProcPid)
-			put_lock_row(rsinfo, w->pid, w->database, shown_name(w->name),
+			put_lock_row(rsinfo, w->pid, w->database, zkt_shown_name(w->name),
 						 mode_name(w->shared, w->semaphore),
 						 w->xact ? "transaction" : "session", 0,
 						 "waiting", w->node, 0, 0, w->since);
@@ -190,35 +168,7 @@ zk_locks(PG_FUNCTION_ARGS)
 static const char *
 client_of(const char *name, bool is_zklock)
 {
-	if (is_zklock)
-		return "zklock";
-	if (strstr(name, "__lock__") || strstr(name, "__rlock__"))
-		return "kazoo";
-	if (strncmp(name, "_c_", 3) == 0)
-		return "curator";
-	return "unknown";
-}
-
-/*
- * Node data as text: UTF-8 shown in the database encoding (characters it
- * lacks as escaped bytes), anything else as a hex dump.
- */
-static char *
-data_as_text(const char *data, int len)
-{
-	if (len == 0)
-		return pstrdup("");
-	if (is_valid_utf8(data, len))
-		return zkl_convert_lossy(data, len, PG_UTF8, GetDatabaseEncoding(),
-								 true);
-	else
-	{
-		char	   *hex = palloc(2 * len + 3);
-
-		strcpy(hex, "\\x");
-		hex[2 + hex_encode(data, len, hex + 2)] = '\0';
-		return hex;
-	}
+	return is_zklock ? "zklock" : zkn_peer_of(name);
 }
 
 static void
@@ -275,7 +225,7 @@ read_queue(const char *parent, bool semaphore, TimestampTz deadline, Queue *q)
 	if (q->list->rc == ZNONODE)
 		return;
 	if (q->list->rc != ZOK)
-		zks_report_error(q->list->rc, "list children of", parent);
+		zks_report_error(q->list->rc, ZKS_LIST, parent);
 
 	nchildren = Max(q->list->nchildren, 1);
 	q->entries = palloc0(nchildren * sizeof(ZkqEntry));
@@ -332,17 +282,17 @@ identify(const Queue *q, int i, ZknIdentity *id, Datum *shown)
 	const ZkRequest *read = q->reads[i];
 
 	if (strncmp(e->name, "_c_", 3) == 0 && read->data &&
-		is_valid_utf8(read->data, read->datalen) &&
+		zkt_is_utf8(read->data, read->datalen) &&
 		zkn_parse_identity(read->data, read->datalen, id))
 	{
 		char	   *who = psprintf("pid %ld on %s:%ld, database %s, user %s, application %s",
 								   id->pid, id->host, id->port, id->database,
 								   id->user, id->application_name);
 
-		*shown = CStringGetTextDatum(data_as_text(who, strlen(who)));
+		*shown = CStringGetTextDatum(zkt_node_data(who, strlen(who)));
 		return true;
 	}
-	*shown = CStringGetTextDatum(data_as_text(read->data, read->datalen));
+	*shown = CStringGetTextDatum(zkt_node_data(read->data, read->datalen));
 	return false;
 }
 
@@ -358,7 +308,7 @@ put_contender(ReturnSetInfo *rsinfo, const char *parent, const Queue *q,
 	bool		is_zklock = identify(q, i, &id, &values[5]);
 
 	values[0] = Int32GetDatum(position);
-	values[1] = CStringGetTextDatum(data_as_text(e->name, strlen(e->name)));
+	values[1] = CStringGetTextDatum(zkt_node_data(e->name, strlen(e->name)));
 	values[2] = CStringGetTextDatum(mode_name(e->contender.shared,
 											  e->contender.slots > 0));
 	/* This backend's own lock nodes never block each other. */
@@ -386,11 +336,11 @@ contenders(FunctionCallInfo fcinfo, bool semaphore)
 	Queue		q = {0};
 
 	if (semaphore)
-		zkl_get_semaphore_parent(fcinfo, parent, &name);
+		zka_semaphore_parent(fcinfo, 0, parent, &name);
 	else
-		zkl_get_lock_parent(fcinfo, parent, &name);
+		zka_lock_parent(fcinfo, 0, parent, &name);
 	InitMaterializedSRF(fcinfo, 0);
-	zkl_check_session();
+	zkh_check_session();
 	zks_open();
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 										   zklock_connect_timeout);
@@ -460,7 +410,7 @@ zk_blockers(PG_FUNCTION_ARGS)
 		PG_RETURN_VOID();
 	parent = pnstrdup(wait.node, strrchr(wait.node, '/') - wait.node);
 
-	zkl_check_session();
+	zkh_check_session();
 	zks_open();
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 										   zklock_connect_timeout);
@@ -493,14 +443,14 @@ zk_blockers(PG_FUNCTION_ARGS)
 			ZknIdentity id;
 			bool		is_zklock = identify(&q, blockers[i], &id, &values[8]);
 
-			values[0] = shown_name(wait.name);
-			values[1] = CStringGetTextDatum(data_as_text(e->name, strlen(e->name)));
+			values[0] = zkt_shown_name(wait.name);
+			values[1] = CStringGetTextDatum(zkt_node_data(e->name, strlen(e->name)));
 			values[2] = CStringGetTextDatum(e->contender.shared ? "shared" : "exclusive");
 			values[3] = BoolGetDatum(q.holds[blockers[i]]);
 			values[4] = CStringGetTextDatum(client_of(e->name, is_zklock));
 			if (is_zklock)
 			{
-				values[5] = CStringGetTextDatum(data_as_text(id.host, strlen(id.host)));
+				values[5] = CStringGetTextDatum(zkt_node_data(id.host, strlen(id.host)));
 				values[6] = Int32GetDatum((int32) id.port);
 				values[7] = Int32GetDatum((int32) id.pid);
 			}
@@ -536,7 +486,7 @@ zk_stat_locks(PG_FUNCTION_ARGS)
 		Datum		values[8];
 		bool		nulls[8] = {0};
 
-		values[0] = shown_name(stats[i].name);
+		values[0] = zkt_shown_name(stats[i].name);
 		values[1] = Int64GetDatum(c[ZKSH_ACQUISITIONS]);
 		values[2] = Int64GetDatum(c[ZKSH_WAITS]);
 		values[3] = Float8GetDatum(c[ZKSH_WAIT_TIME_US] / 1000.0);
@@ -585,13 +535,13 @@ zk_status(PG_FUNCTION_ARGS)
 	else
 		nulls[2] = nulls[3] = true;
 	values[4] = Int32GetDatum(zkh_held_count());
-	values[5] = Int64GetDatum(zk_stats.acquisitions);
-	values[6] = Int64GetDatum(zk_stats.waits);
-	values[7] = Float8GetDatum(zk_stats.wait_time_us / 1000.0);
-	values[8] = Int64GetDatum(zk_stats.timeouts);
-	values[9] = Int64GetDatum(zk_stats.cancellations);
+	values[5] = Int64GetDatum(zksh_backend_count(ZKSH_ACQUISITIONS));
+	values[6] = Int64GetDatum(zksh_backend_count(ZKSH_WAITS));
+	values[7] = Float8GetDatum(zksh_backend_count(ZKSH_WAIT_TIME_US) / 1000.0);
+	values[8] = Int64GetDatum(zksh_backend_count(ZKSH_TIMEOUTS));
+	values[9] = Int64GetDatum(zksh_backend_count(ZKSH_CANCELLATIONS));
 	values[10] = Int64GetDatum(zkh_losses());
-	values[11] = Int64GetDatum(zkd_deadlocks());
+	values[11] = Int64GetDatum(zksh_backend_count(ZKSH_DEADLOCKS));
 	values[12] = BoolGetDatum(zks_uses_tls());
 
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));

@@ -79,12 +79,6 @@ typedef struct Acquisition
 	int32		relisted_version;	/* ... and data version listed again for */
 } Acquisition;
 
-static bool
-is_retryable(int rc)
-{
-	return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT;
-}
-
 static void
 release_request(ZkRequest **req)
 {
@@ -292,8 +286,8 @@ create_parent_path(Acquisition *acq)
 		if (!await_reply(acq, req))
 			return false;
 		if (req->rc != ZOK && req->rc != ZNODEEXISTS &&
-			!is_retryable(req->rc))
-			zks_report_error(req->rc, "create", acq->parent);
+			!zks_is_retryable(req->rc))
+			zks_report_error(req->rc, ZKS_CREATE, acq->parent);
 	}
 	for (i = 0; i < acq->npath_creates; i++)
 		release_request(&acq->path_creates[i]);
@@ -393,7 +387,7 @@ create_node(Acquisition *acq)
 			if (!create_parent_path(acq))
 				return false;
 		}
-		else if (is_retryable(rc))
+		else if (zks_is_retryable(rc))
 		{
 			if (!await_connected(acq))
 				return false;
@@ -408,7 +402,7 @@ create_node(Acquisition *acq)
 			}
 		}
 		else
-			zks_report_error(rc, "create", acq->prefix);
+			zks_report_error(rc, ZKS_CREATE, acq->prefix);
 	}
 }
 
@@ -507,10 +501,10 @@ read_czxids(Acquisition *acq, ZkqEntry *entries, int *n, int own)
 			entries[i].czxid = req->stat.czxid;
 		else if (req->rc == ZNONODE)
 			continue;
-		else if (is_retryable(req->rc))
+		else if (zks_is_retryable(req->rc))
 			reading = READ_AGAIN;
 		else
-			zks_report_error(req->rc, "check", entries[i].name);
+			zks_report_error(req->rc, ZKS_CHECK, entries[i].name);
 		entries[kept++] = entries[i];
 	}
 	release_stats(acq);
@@ -638,10 +632,10 @@ watch_all(Acquisition *acq, char **watches, int nwatch)
 		rc = acq->stats[i]->rc;
 		if (rc == ZNONODE)
 			gone = true;
-		else if (is_retryable(rc))
+		else if (zks_is_retryable(rc))
 			disconnected = true;
 		else if (rc != ZOK)
-			zks_report_error(rc, "watch", watches[i]);
+			zks_report_error(rc, ZKS_WATCH, watches[i]);
 	}
 	release_stats(acq);
 	/* One went already, or the connection did: list again. */
@@ -681,8 +675,8 @@ hand_on(Acquisition *acq)
 		release_request(&set);
 		if (rc == ZOK)
 			break;
-		if (!is_retryable(rc))
-			zks_report_error(rc, "set the data of", acq->node->path);
+		if (!zks_is_retryable(rc))
+			zks_report_error(rc, ZKS_SET_DATA, acq->node->path);
 		if (!await_connected(acq))
 			return false;
 	}
@@ -718,8 +712,8 @@ wait_in_queue(Acquisition *acq, bool wait)
 			release_request(&acq->list);
 			if (rc == ZNONODE)
 				report_node_gone(acq);
-			if (!is_retryable(rc))
-				zks_report_error(rc, "list children of", acq->parent);
+			if (!zks_is_retryable(rc))
+				zks_report_error(rc, ZKS_LIST, acq->parent);
 			if (!await_connected(acq))
 				return false;
 			continue;
@@ -805,13 +799,13 @@ wait_in_queue(Acquisition *acq, bool wait)
 			if (!await_watch(acq, generation))
 				return false;
 		}
-		else if (is_retryable(rc))
+		else if (zks_is_retryable(rc))
 		{
 			if (!await_connected(acq))
 				return false;
 		}
 		else if (rc != ZOK && rc != ZNONODE)
-			zks_report_error(rc, "watch", watches[0]);
+			zks_report_error(rc, ZKS_WATCH, watches[0]);
 		pfree(watches[0]);
 		pfree(watches);
 	}
@@ -932,8 +926,8 @@ zkr_verify(const char *node_path)
 		/* A session found expired holds nothing. */
 		if (rc == ZOK || rc == ZNONODE || rc == ZSESSIONEXPIRED)
 			return ours;
-		if (!is_retryable(rc))
-			zks_report_error(rc, "check", node_path);
+		if (!zks_is_retryable(rc))
+			zks_report_error(rc, ZKS_CHECK, node_path);
 		if (!zks_wait_while_unsure())
 			return false;
 	}

@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * zk_session.c
- *	  The backend's ZooKeeper session and the rules for living with the
- *	  client library's threads.
+ *	  The backend's ZooKeeper session, the rules for living with the client
+ *	  library's threads, and the janitor that deletes given-up nodes.
  *
  * libzookeeper_mt runs an I/O thread and a completion thread.  Watchers and
  * completions run on the completion thread, where nothing of PostgreSQL may
@@ -36,7 +36,9 @@
  * asks for an answer from the leader (a sync) unless a write or sync was
  * answered within the last third of T.
  *
- * Deleting the nodes a backend gives up is the janitor's job (zk_janitor.c).
+ * Deleting the nodes a backend gives up is the janitor's job, at the end of
+ * this file: it shares the session's mutex and handle and is driven by its
+ * events, so the two are one module.
  *
  *-------------------------------------------------------------------------
  */
@@ -57,33 +59,41 @@
 #include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
 #include "zk_names.h"
 #include "zk_session.h"
-#include "zk_session_int.h"
 
-char	   *zklock_hosts = NULL;
-int			zklock_session_timeout = 10000;
-int			zklock_connect_timeout = 5000;
-int			zklock_client_log_level = ZOO_LOG_LEVEL_ERROR;
-bool		zklock_synchronous_release = true;
-char	   *zklock_auth = NULL;
-char	   *zklock_auth_file = NULL;
-bool		zklock_world_readable = false;
-char	   *zklock_tls_ca = NULL;
-char	   *zklock_tls_cert = NULL;
-char	   *zklock_tls_key = NULL;
-char	   *zklock_tls_key_password = NULL;
+/* Settings; their defaults are in zks_define_settings. */
+static char *zklock_hosts = NULL;
+static int	zklock_session_timeout;
+int			zklock_connect_timeout;
+static int	zklock_client_log_level;
+static char *zklock_auth = NULL;
+static char *zklock_auth_file = NULL;
+static bool zklock_world_readable;
+static char *zklock_tls_ca = NULL;
+static char *zklock_tls_cert = NULL;
+static char *zklock_tls_key = NULL;
+static char *zklock_tls_key_password = NULL;
+
+static const struct config_enum_entry client_log_levels[] = {
+	{"error", ZOO_LOG_LEVEL_ERROR, false},
+	{"warn", ZOO_LOG_LEVEL_WARN, false},
+	{"info", ZOO_LOG_LEVEL_INFO, false},
+	{"debug", ZOO_LOG_LEVEL_DEBUG, false},
+	{NULL, 0, false}
+};
 
 /*
  * State shared with the library's threads.  Everything below is protected by
- * zks_mutex (zk_session_int.h); the backend alone writes zks_zh.
+ * zks_mutex; the backend alone writes zks_zh.
  */
-pthread_mutex_t zks_mutex = PTHREAD_MUTEX_INITIALIZER;
-zhandle_t  *zks_zh = NULL;
+static pthread_mutex_t zks_mutex = PTHREAD_MUTEX_INITIALIZER;
+static zhandle_t *zks_zh = NULL;
 static int	conn_state = 0;
 static bool session_expired = false;
 static bool auth_failed = false;
@@ -98,6 +108,14 @@ static uint64 connect_count = 0;
  * the one in use.
  */
 static uint64 handle_generation = 0;
+
+/* The janitor, at the end of this file; the _locked ones need zks_mutex. */
+static void janitor_kick(zhandle_t *handle);
+static void janitor_clear_locked(void);
+static void janitor_release_held_locked(void);
+static bool janitor_busy_locked(void);
+static bool refused_outright(int rc);
+static int	send_sync(zhandle_t *handle, const char *path);
 
 /* The contact clock (see the header comment), on CLOCK_MONOTONIC. */
 static struct timespec connecting_since;	/* since the last disconnection */
@@ -174,17 +192,31 @@ static struct ACL creator_acl_entries[2];
 static struct ACL_vector node_acl;
 static int64 session_id = 0;
 
+/* How often the library may resolve the host names again. */
+#define HOST_RESOLUTION_DELAY_MS	60000
+
+/* The longest single sleep: WaitEventSetWait takes an int of milliseconds. */
+#define MAX_SLEEP_MS				60000
+
+/* A wait that watches the session looks at it at least this often. */
+#define SESSION_CHECK_MS			1000
+
+/* How often a wait for an unsure session to settle looks again. */
+#define UNSURE_POLL_MS				100
+
+/* Janitor tasks sent per pass, and nodes deleted per sweep listing. */
+#define JANITOR_BATCH				64
+#define SWEEP_BATCH					32
+
+/* Room for the client library's last TLS complaint. */
+#define TLS_FAILURE_SIZE			256
+
 /*
  * The client library's own messages go to standard error, which the server
  * log collects.  While an ensemble is down the library reports every
  * failed reconnect, many times a second, so let a few lines through per
  * interval and count the rest.
  */
-#define HOST_RESOLUTION_DELAY_MS	60000
-
-/* The longest single sleep: WaitEventSetWait takes an int of milliseconds. */
-#define MAX_SLEEP_MS				60000
-
 #define CLIENT_LOG_INTERVAL_SEC	10
 #define CLIENT_LOG_LINES		5
 
@@ -198,7 +230,7 @@ static int	client_log_suppressed = 0;
  * such message since the handle was made, for the error a backend reports
  * when it cannot connect.  Protected by client_log_mutex.
  */
-static char tls_failure[256] = "";
+static char tls_failure[TLS_FAILURE_SIZE] = "";
 
 static void
 client_log(const char *message)
@@ -234,8 +266,8 @@ client_log(const char *message)
 }
 
 /* Wake the backend.  Safe on any thread: a plain system call. */
-void
-zks_wake_backend(void)
+static void
+wake_backend(void)
 {
 	uint64		one = 1;
 	ssize_t		rc pg_attribute_unused();
@@ -281,8 +313,8 @@ server_answered(int rc)
  * A request sent at sent_at was answered: the server heard from us then.
  * Caller holds zks_mutex.
  */
-void
-zks_note_heard_locked(const struct timespec *sent_at, bool via_leader, int rc)
+static void
+note_heard_locked(const struct timespec *sent_at, bool via_leader, int rc)
 {
 	if (!server_answered(rc))
 		return;
@@ -378,7 +410,7 @@ session_watcher(zhandle_t *handle, int type, int state, const char *path,
 
 	if (claimed)
 		send_claimed_listing(handle, claimed);
-	zks_wake_backend();
+	wake_backend();
 }
 
 /* Completion callbacks: copy the result out, then mark the request done. */
@@ -412,7 +444,7 @@ request_finish(ZkRequest *req, int rc)
 			request_free(req);
 		return;
 	}
-	zks_note_heard_locked(&req->sent_at, req->via_leader, rc);
+	note_heard_locked(&req->sent_at, req->via_leader, rc);
 	req->rc = rc;
 	req->done = true;
 	abandoned = req->abandoned;
@@ -421,7 +453,7 @@ request_finish(ZkRequest *req, int rc)
 	if (abandoned)
 		request_free(req);
 	else
-		zks_wake_backend();
+		wake_backend();
 }
 
 static void
@@ -510,15 +542,15 @@ request_new(bool via_leader)
 
 /* Report a request the library did not queue. */
 static ZkRequest *
-request_queued(ZkRequest *req, int rc, const char *what, const char *path)
+request_queued(ZkRequest *req, int rc, ZksOperation op, const char *path)
 {
 	if (rc != ZOK)
 	{
-		if (zks_refused_outright(rc))
+		if (refused_outright(rc))
 			free(req);
 		else
 			zks_release_request(req);	/* its completion frees it */
-		zks_report_error(rc, what, path);
+		zks_report_error(rc, op, path);
 	}
 	return req;
 }
@@ -532,7 +564,7 @@ zks_create(const char *path, const char *data, int datalen, int mode)
 						  zoo_acreate2(zks_zh, path, data, datalen,
 									   &node_acl, mode,
 									   create_done, req),
-						  "create", path);
+						  ZKS_CREATE, path);
 }
 
 ZkRequest *
@@ -542,7 +574,7 @@ zks_get_children(const char *path)
 
 	return request_queued(req,
 						  zoo_aget_children(zks_zh, path, 0, children_done, req),
-						  "list children of", path);
+						  ZKS_LIST, path);
 }
 
 /*
@@ -554,11 +586,11 @@ ZkRequest *
 zks_get_children_synced(const char *path)
 {
 	ZkRequest  *req = request_new(false);
-	int			rc = zks_send_sync(zks_zh, path);
+	int			rc = send_sync(zks_zh, path);
 
 	if (rc == ZOK)
 		rc = zoo_aget_children(zks_zh, path, 0, children_done, req);
-	return request_queued(req, rc, "list children of", path);
+	return request_queued(req, rc, ZKS_LIST, path);
 }
 
 ZkRequest *
@@ -568,7 +600,7 @@ zks_exists(const char *path)
 
 	return request_queued(req,
 						  zoo_aexists(zks_zh, path, 0, stat_done, req),
-						  "check", path);
+						  ZKS_CHECK, path);
 }
 
 /* Check a node as the leader has it, likewise. */
@@ -576,11 +608,11 @@ ZkRequest *
 zks_exists_synced(const char *path)
 {
 	ZkRequest  *req = request_new(false);
-	int			rc = zks_send_sync(zks_zh, path);
+	int			rc = send_sync(zks_zh, path);
 
 	if (rc == ZOK)
 		rc = zoo_aexists(zks_zh, path, 0, stat_done, req);
-	return request_queued(req, rc, "check", path);
+	return request_queued(req, rc, ZKS_CHECK, path);
 }
 
 static void
@@ -596,7 +628,7 @@ zks_sync(const char *path)
 	ZkRequest  *req = request_new(true);
 
 	return request_queued(req, zoo_async(zks_zh, path, sync_done, req),
-						  "sync", path);
+						  ZKS_SYNC, path);
 }
 
 ZkRequest *
@@ -606,7 +638,7 @@ zks_get_data(const char *path)
 
 	return request_queued(req,
 						  zoo_aget(zks_zh, path, 0, data_done, req),
-						  "read", path);
+						  ZKS_READ, path);
 }
 
 /* The server the session is connected to, or NULL. */
@@ -639,7 +671,7 @@ zks_watch_data(const char *path)
 						  zoo_awget(zks_zh, path, session_watcher,
 									generation_context(handle_generation),
 									data_done, req),
-						  "watch", path);
+						  ZKS_WATCH, path);
 }
 
 /* Change a node's data, whatever its version. */
@@ -650,7 +682,7 @@ zks_set_data(const char *path, const char *data, int datalen)
 
 	return request_queued(req,
 						  zoo_aset(zks_zh, path, data, datalen, -1, stat_done, req),
-						  "set the data of", path);
+						  ZKS_SET_DATA, path);
 }
 
 static void
@@ -698,7 +730,7 @@ send_claimed_listing(zhandle_t *handle, PendingListing *claimed)
 	 * connection loss (the waiter lists again), and let a late completion
 	 * find it done.
 	 */
-	if (rc != ZOK && zks_refused_outright(rc))
+	if (rc != ZOK && refused_outright(rc))
 		request_finish(claimed->listing, rc);
 	else if (rc != ZOK)
 	{
@@ -710,7 +742,7 @@ send_claimed_listing(zhandle_t *handle, PendingListing *claimed)
 			claimed->listing->done = true;
 		}
 		pthread_mutex_unlock(&zks_mutex);
-		zks_wake_backend();
+		wake_backend();
 	}
 	pending_listing_free(claimed);
 }
@@ -898,14 +930,14 @@ zks_is_lost(void)
  * client while we could not see.
  */
 uint64
-zks_contact_epoch(void)
+zks_connection_count(void)
 {
-	uint64		epoch;
+	uint64		count;
 
 	pthread_mutex_lock(&zks_mutex);
-	epoch = connect_count;
+	count = connect_count;
 	pthread_mutex_unlock(&zks_mutex);
-	return epoch;
+	return count;
 }
 
 static void
@@ -942,7 +974,7 @@ zks_wait_while_unsure(void)
 
 		if (state != ZKS_UNSURE)
 			return state == ZKS_CONNECTED;
-		sleep_for_event(100, true);
+		sleep_for_event(UNSURE_POLL_MS, true);
 	}
 }
 
@@ -986,7 +1018,7 @@ heartbeat_done(int rc, const struct Stat *stat, const void *data)
 	pthread_mutex_lock(&zks_mutex);
 	if (beat->generation == handle_generation)
 	{
-		zks_note_heard_locked(&beat->sent_at, false, rc);
+		note_heard_locked(&beat->sent_at, false, rc);
 		heartbeat_in_flight = false;
 		pthread_cond_signal(&watchdog_cond);
 	}
@@ -1021,7 +1053,7 @@ send_heartbeat_locked(const struct timespec *now)
 	{
 		/* Try again at the next turn; see janitor_send about the leak. */
 		heartbeat_in_flight = false;
-		if (zks_refused_outright(rc))
+		if (refused_outright(rc))
 			free(beat);
 	}
 }
@@ -1057,13 +1089,13 @@ watchdog_main(void *arg)
 			if (!loss_acted_on)
 			{
 				loss_acted_on = true;
-				janitor_wake_dormant_locked();
+				janitor_release_held_locked();
 				if (cancel_on_loss)
 				{
 					loss_cancel_sent = true;
 					kill(getpid(), SIGINT);
 				}
-				zks_wake_backend();
+				wake_backend();
 			}
 			pthread_cond_wait(&watchdog_cond, &zks_mutex);
 			continue;
@@ -1173,10 +1205,47 @@ zks_confirm_contact(void)
 		if (answered && server_answered(rc) &&
 			ms_since_leader_heard() <= 2 * timeout / 3)
 			return zks_state() == ZKS_CONNECTED;
-		if (answered && !server_answered(rc) && rc != ZCONNECTIONLOSS &&
-			rc != ZOPERATIONTIMEOUT)
-			zks_report_error(rc, "sync", "/");
+		if (answered && !server_answered(rc) && !zks_is_retryable(rc))
+			zks_report_error(rc, ZKS_SYNC, "/");
 	}
+}
+
+/*
+ * The backend's wait: until ready(arg) holds, or the deadline passes
+ * (false).  A wait that watches the session raises an ERROR once it is
+ * lost, and wakes at least once a second to notice one cut off too long.
+ */
+static bool
+await_until(bool (*ready) (const void *arg), const void *arg,
+			TimestampTz deadline, bool watch_session, uint32 wait_event)
+{
+	for (;;)
+	{
+		long		timeout;
+
+		if (watch_session)
+			check_session_alive();
+		if (ready(arg))
+			return true;
+		timeout = ms_until(deadline);
+		if (timeout == 0)
+			return false;
+		if (watch_session && (timeout < 0 || timeout > SESSION_CHECK_MS))
+			timeout = SESSION_CHECK_MS;
+		sleep_for(wait_event, timeout, true);
+	}
+}
+
+static bool
+request_done(const void *arg)
+{
+	const ZkRequest *req = arg;
+	bool		done;
+
+	pthread_mutex_lock(&zks_mutex);
+	done = req->done;
+	pthread_mutex_unlock(&zks_mutex);
+	return done;
 }
 
 /*
@@ -1187,21 +1256,8 @@ zks_confirm_contact(void)
 bool
 zks_await(ZkRequest *req, TimestampTz deadline)
 {
-	for (;;)
-	{
-		bool		done;
-		long		timeout;
-
-		pthread_mutex_lock(&zks_mutex);
-		done = req->done;
-		pthread_mutex_unlock(&zks_mutex);
-		if (done)
-			return true;
-		timeout = ms_until(deadline);
-		if (timeout == 0)
-			return false;
-		sleep_for_event(timeout, true);
-	}
+	return await_until(request_done, req, deadline, false,
+					   request_wait_event);
 }
 
 uint64
@@ -1215,6 +1271,12 @@ zks_watch_generation(void)
 	return generation;
 }
 
+static bool
+watch_fired(const void *arg)
+{
+	return zks_watch_generation() != *(const uint64 *) arg;
+}
+
 /*
  * Wait for any watch or session event after the given generation.  Returns
  * false if the deadline passes first; raises an ERROR if the session is
@@ -1223,45 +1285,26 @@ zks_watch_generation(void)
 bool
 zks_await_watch(uint64 generation, TimestampTz deadline)
 {
-	for (;;)
-	{
-		long		timeout;
+	return await_until(watch_fired, &generation, deadline, true,
+					   lock_wait_event);
+}
 
-		check_session_alive();
-		if (zks_watch_generation() != generation)
-			return true;
-		timeout = ms_until(deadline);
-		if (timeout == 0)
-			return false;
-		/* Wake up in time to notice a session that is cut off too long. */
-		if (timeout < 0 || timeout > 1000)
-			timeout = 1000;
-		sleep_for(lock_wait_event, timeout, true);
-	}
+static bool
+connected(const void *arg)
+{
+	bool		is_connected;
+
+	pthread_mutex_lock(&zks_mutex);
+	is_connected = (conn_state == ZOO_CONNECTED_STATE);
+	pthread_mutex_unlock(&zks_mutex);
+	return is_connected;
 }
 
 /* Wait until the session is connected.  False if the deadline passes. */
 bool
 zks_await_connected(TimestampTz deadline)
 {
-	for (;;)
-	{
-		bool		connected;
-		long		timeout;
-
-		check_session_alive();
-		pthread_mutex_lock(&zks_mutex);
-		connected = (conn_state == ZOO_CONNECTED_STATE);
-		pthread_mutex_unlock(&zks_mutex);
-		if (connected)
-			return true;
-		timeout = ms_until(deadline);
-		if (timeout == 0)
-			return false;
-		if (timeout < 0 || timeout > 1000)
-			timeout = 1000;
-		sleep_for_event(timeout, true);
-	}
+	return await_until(connected, NULL, deadline, true, request_wait_event);
 }
 
 /*
@@ -1362,6 +1405,130 @@ read_auth_file(const char *path)
 						path)));
 	}
 	return pstrdup(line);
+}
+
+/* Whatever zklock.auth holds, it is shown as this, to everyone. */
+static const char *
+show_auth(void)
+{
+	return zklock_auth && zklock_auth[0] != '\0' ? "********" : "";
+}
+
+/* Whatever zklock.tls_key_password holds, it is shown as this, to everyone. */
+static const char *
+show_tls_key_password(void)
+{
+	return zklock_tls_key_password && zklock_tls_key_password[0] != '\0' ?
+		"********" : "";
+}
+
+/* Digest credentials are "user:password" with a non-empty user. */
+static bool
+check_auth(char **newval, void **extra, GucSource source)
+{
+	const char *colon = strchr(*newval, ':');
+
+	if ((*newval)[0] != '\0' && (colon == NULL || colon == *newval))
+	{
+		GUC_check_errdetail("zklock.auth must have the form \"user:password\".");
+		return false;
+	}
+	return true;
+}
+
+/* The settings of the session: where to connect, how, and as whom. */
+void
+zks_define_settings(void)
+{
+	DefineCustomStringVariable("zklock.hosts",
+							   "Sets the ZooKeeper servers to connect to, such as \"zk1:2181,zk2:2181,zk3:2181\".",
+							   "Takes effect when the backend next opens a ZooKeeper session.",
+							   &zklock_hosts,
+							   "",
+							   PGC_SUSET,
+							   0,
+							   NULL, NULL, NULL);
+	DefineCustomStringVariable("zklock.auth",
+							   "Sets the ZooKeeper digest credentials, \"user:password\", of each session.",
+							   "When set, zklock's nodes are created with the creator-all ACL.  Its value is never shown; zklock.auth_file keeps it out of the settings altogether.",
+							   &zklock_auth,
+							   "",
+							   PGC_SUSET,
+							   GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
+							   check_auth, NULL, show_auth);
+	DefineCustomStringVariable("zklock.auth_file",
+							   "Sets the file that holds the ZooKeeper digest credentials, \"user:password\" on its first line.",
+							   "It must be owned by the server's user and readable by no one else.  Read when a session is opened.",
+							   &zklock_auth_file,
+							   "",
+							   PGC_SUSET,
+							   0,
+							   NULL, NULL, NULL);
+	DefineCustomBoolVariable("zklock.world_readable",
+							 "Sets whether, with zklock.auth, anyone may read zklock's nodes (not change them).",
+							 NULL,
+							 &zklock_world_readable,
+							 false,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+	DefineCustomStringVariable("zklock.tls_ca",
+							   "Sets the file of the CA certificate (PEM) that signed the ZooKeeper servers' certificates.",
+							   "With zklock.tls_cert and zklock.tls_key, sessions use TLS, trusting this CA only.  Needs a TLS-capable build.",
+							   &zklock_tls_ca,
+							   "",
+							   PGC_SUSET,
+							   0,
+							   NULL, NULL, NULL);
+	DefineCustomStringVariable("zklock.tls_cert",
+							   "Sets the file of the client certificate (PEM, with its chain) that sessions present to ZooKeeper.",
+							   NULL,
+							   &zklock_tls_cert,
+							   "",
+							   PGC_SUSET,
+							   0,
+							   NULL, NULL, NULL);
+	DefineCustomStringVariable("zklock.tls_key",
+							   "Sets the file of the client certificate's private key (PEM).",
+							   "It must be owned by the server's user and readable by no one else.",
+							   &zklock_tls_key,
+							   "",
+							   PGC_SUSET,
+							   0,
+							   NULL, NULL, NULL);
+	DefineCustomStringVariable("zklock.tls_key_password",
+							   "Sets the password of zklock.tls_key, if it is encrypted.",
+							   "Its value is never shown.",
+							   &zklock_tls_key_password,
+							   "",
+							   PGC_SUSET,
+							   GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
+							   NULL, NULL, show_tls_key_password);
+	DefineCustomIntVariable("zklock.session_timeout",
+							"Sets the ZooKeeper session timeout that each backend asks for.",
+							"The ensemble may clamp it.  Takes effect when the backend next opens a session.",
+							&zklock_session_timeout,
+							10000, 1000, 600000,
+							PGC_SUSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("zklock.connect_timeout",
+							"Sets how long a lock call waits for ZooKeeper to answer before it fails.",
+							NULL,
+							&zklock_connect_timeout,
+							5000, 100, 600000,
+							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomEnumVariable("zklock.client_log_level",
+							 "Sets the level of the ZooKeeper client library's own messages on the server's standard error.",
+							 NULL,
+							 &zklock_client_log_level,
+							 ZOO_LOG_LEVEL_ERROR,
+							 client_log_levels,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
 }
 
 static const char *
@@ -1756,7 +1923,7 @@ opener_main(void *arg)
 	pthread_mutex_unlock(&zks_mutex);
 
 	if (!abandoned)
-		zks_wake_backend();
+		wake_backend();
 	else
 	{
 		if (handle != NULL)
@@ -2072,17 +2239,527 @@ zks_close(void)
 	session_id = 0;
 }
 
+/* The message of a request that failed, whole, for each operation. */
+static const char *
+failure_message(ZksOperation op)
+{
+	switch (op)
+	{
+		case ZKS_CREATE:
+			return gettext_noop("could not create ZooKeeper node \"%s\": %s");
+		case ZKS_LIST:
+			return gettext_noop("could not list children of ZooKeeper node \"%s\": %s");
+		case ZKS_CHECK:
+			return gettext_noop("could not check ZooKeeper node \"%s\": %s");
+		case ZKS_SYNC:
+			return gettext_noop("could not sync ZooKeeper node \"%s\": %s");
+		case ZKS_READ:
+			return gettext_noop("could not read ZooKeeper node \"%s\": %s");
+		case ZKS_WATCH:
+			return gettext_noop("could not watch ZooKeeper node \"%s\": %s");
+		case ZKS_SET_DATA:
+			return gettext_noop("could not set the data of ZooKeeper node \"%s\": %s");
+	}
+	return gettext_noop("could not use ZooKeeper node \"%s\": %s");
+}
+
 void
-zks_report_error(int rc, const char *what, const char *path)
+zks_report_error(int rc, ZksOperation op, const char *path)
 {
 	if (rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("zklock lost its ZooKeeper session"),
-				 errdetail("Could not %s \"%s\": %s.", what, path, zerror(rc))));
+				 errdetail("ZooKeeper answered \"%s\" to a request on node \"%s\".",
+						   zerror(rc), path)));
 	ereport(ERROR,
 			(errcode(rc == ZNOAUTH ? ERRCODE_INSUFFICIENT_PRIVILEGE :
 					 ERRCODE_CONNECTION_FAILURE),
-			 errmsg("could not %s ZooKeeper node \"%s\": %s",
-					what, path, zerror(rc))));
+			 errmsg(failure_message(op), path, zerror(rc))));
+}
+
+/*
+ * The janitor: deleting the lock nodes a backend gives up, whatever the
+ * connection does meanwhile.
+ *
+ * A node that a backend gave up on (try-lock lost, timeout, cancel, error,
+ * release) must be deleted even if the connection drops at that moment, or
+ * it would "hold" the lock for nobody until the session ends.  Such deletes
+ * are kept in a list and re-sent after each reconnect, from the completion
+ * thread, until the server confirms them or the session ends and takes the
+ * nodes with it.  A sweep task lists a parent and deletes every child
+ * carrying an acquisition's unique id; it covers a create whose reply was
+ * lost, and because one session's requests are applied in order it also
+ * catches a create that was still in flight when the sweep was sent.
+ *
+ * Every node a backend holds is in the list too, marked held: a release
+ * clears the mark, and so does a lost session, so that a session that comes
+ * back after its locks were given up deletes them rather than hold them for
+ * nobody.
+ *
+ * The completions (janitor_delete_done, janitor_sweep_done) and
+ * janitor_kick after a reconnect run on the library's completion thread,
+ * so this code uses nothing of PostgreSQL but ereport on the backend-only
+ * entry points (zks_delete_later and the like), and calls the library only
+ * without holding zks_mutex.
+ */
+
+typedef struct JanitorTask
+{
+	struct JanitorTask *next;
+	bool		sweep;			/* list path, delete the children of guid */
+	bool		held;			/* a held node: deleted on release or loss */
+	bool		in_flight;
+	bool		orphaned;		/* dropped from the list; its completion frees it */
+	bool		sending;		/* janitor_send is in the library call for it */
+	bool		answered_early; /* its completion came during that call ... */
+	int			early_rc;		/* ... with this result */
+	char	   *path;			/* node to delete, or parent to sweep */
+	char		guid[ZKN_GUID_LEN + 1];
+	struct timespec sent_at;	/* when last sent */
+} JanitorTask;
+
+/* Protected by zks_mutex. */
+static JanitorTask *janitor_tasks = NULL;
+static bool janitor_failed = false;	/* a delete could not be kept track of */
+
+static void janitor_send(zhandle_t *handle, JanitorTask *task);
+static void janitor_push_locked(JanitorTask *task);
+
+static void
+janitor_free(JanitorTask *task)
+{
+	free(task->path);
+	free(task);
+}
+
+/*
+ * Drop every janitor task; the session's nodes are gone with it.  A task
+ * whose request is in flight is left for its completion to free.
+ */
+static void
+janitor_clear_locked(void)
+{
+	while (janitor_tasks)
+	{
+		JanitorTask *task = janitor_tasks;
+
+		janitor_tasks = task->next;
+		if (task->in_flight)
+			task->orphaned = true;
+		else
+			janitor_free(task);
+	}
+}
+
+/*
+ * Re-send janitor tasks that are not in flight.  Called on the completion
+ * thread after a reconnect, and by the backend after adding tasks.
+ */
+static void
+janitor_kick(zhandle_t *handle)
+{
+	JanitorTask *to_send[JANITOR_BATCH];
+	JanitorTask *task;
+	int			rounds;
+	int			n;
+
+	/* One pass over the list; a task replaced on the way waits for the next. */
+	pthread_mutex_lock(&zks_mutex);
+	for (rounds = 1, n = 0, task = janitor_tasks; task; task = task->next)
+		rounds += (++n % (int) lengthof(to_send)) == 0;
+	pthread_mutex_unlock(&zks_mutex);
+
+	do
+	{
+		int			i;
+
+		n = 0;
+		pthread_mutex_lock(&zks_mutex);
+		for (task = janitor_tasks; task && n < (int) lengthof(to_send);
+			 task = task->next)
+		{
+			if (!task->in_flight && !task->held)
+			{
+				task->in_flight = true;
+				to_send[n++] = task;
+			}
+		}
+		pthread_mutex_unlock(&zks_mutex);
+
+		/* The library is never called with our mutex held. */
+		for (i = 0; i < n; i++)
+			janitor_send(handle, to_send[i]);
+	} while (n == (int) lengthof(to_send) && --rounds > 0);
+}
+
+static void
+janitor_unlink_locked(JanitorTask *target)
+{
+	JanitorTask **link;
+
+	for (link = &janitor_tasks; *link; link = &(*link)->next)
+	{
+		if (*link == target)
+		{
+			*link = target->next;
+			janitor_free(target);
+			return;
+		}
+	}
+}
+
+/*
+ * A task is finished when the server answered it.  The library fails the
+ * pending requests with whatever tore the connection down, a connection
+ * loss or any other of its own errors, and those are sent again, as is one
+ * the server turned away because the session moved to another server.
+ */
+static bool
+janitor_should_retry(int rc)
+{
+	return (rc < 0 && rc > ZAPIERROR && rc != ZINVALIDSTATE &&
+			rc != ZBADARGUMENTS) || rc == ZSESSIONMOVED;
+}
+
+static void
+janitor_finish(JanitorTask *task, int rc)
+{
+	pthread_mutex_lock(&zks_mutex);
+	if (task->sending)
+	{
+		/* janitor_send settles it once the library call has returned. */
+		task->answered_early = true;
+		task->early_rc = rc;
+		pthread_mutex_unlock(&zks_mutex);
+		return;
+	}
+	if (!task->sweep)
+		note_heard_locked(&task->sent_at, true, rc);
+	task->in_flight = false;
+	if (task->orphaned)
+		janitor_free(task);
+	else if (rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE || rc == ZCLOSING)
+		janitor_clear_locked();
+	else if (!janitor_should_retry(rc))
+		janitor_unlink_locked(task);
+	pthread_mutex_unlock(&zks_mutex);
+	wake_backend();
+}
+
+static void
+janitor_delete_done(int rc, const void *data)
+{
+	janitor_finish((JanitorTask *) data, rc);
+}
+
+static JanitorTask *
+janitor_new_task(bool sweep, const char *path, const char *guid)
+{
+	JanitorTask *task = calloc(1, sizeof(JanitorTask));
+
+	if (task == NULL)
+		return NULL;
+	task->sweep = sweep;
+	task->path = strdup(path);
+	if (task->path == NULL)
+	{
+		free(task);
+		return NULL;
+	}
+	if (guid)
+		strlcpy(task->guid, guid, sizeof(task->guid));
+	return task;
+}
+
+static void
+janitor_sweep_done(int rc, const struct String_vector *children,
+				   const void *data)
+{
+	JanitorTask *sweep = (JanitorTask *) data;
+	JanitorTask *found[SWEEP_BATCH];
+	int			nfound = 0;
+	bool		complete = true;
+	int			i;
+	zhandle_t  *handle = NULL;
+
+	pthread_mutex_lock(&zks_mutex);
+	if (sweep->orphaned)
+		rc = ZCLOSING;			/* janitor_finish frees it */
+	pthread_mutex_unlock(&zks_mutex);
+
+	if (rc == ZOK)
+	{
+		pthread_mutex_lock(&zks_mutex);
+		handle = zks_zh;
+		for (i = 0; i < children->count; i++)
+		{
+			JanitorTask *task = NULL;
+			char	   *path;
+
+			if (!zkn_has_guid(children->data[i], sweep->guid))
+				continue;
+			path = malloc(strlen(sweep->path) + strlen(children->data[i]) + 2);
+			if (path != NULL && nfound < (int) lengthof(found))
+			{
+				sprintf(path, "%s/%s", sweep->path, children->data[i]);
+				task = janitor_new_task(false, path, NULL);
+			}
+			free(path);
+			if (task == NULL)
+			{
+				complete = false;
+				continue;
+			}
+			task->in_flight = true;
+			janitor_push_locked(task);
+			found[nfound++] = task;
+		}
+		pthread_mutex_unlock(&zks_mutex);
+
+		for (i = 0; i < nfound; i++)
+			janitor_send(handle, found[i]);
+	}
+
+	/*
+	 * Sweep again for what did not fit; the new listing is ordered after the
+	 * deletes just sent, so it shows only what is left.
+	 */
+	if (!complete)
+	{
+		janitor_finish(sweep, ZCONNECTIONLOSS);
+		janitor_kick(handle);
+		return;
+	}
+	janitor_finish(sweep, rc == ZNONODE ? ZOK : rc);
+}
+
+/*
+ * Did the library refuse a request before registering its completion?
+ * Then none will come.  ZMARSHALLINGERROR is ambiguous: the library returns
+ * it when the handle is closing (no completion) and when memory ran out
+ * after the completion was registered (it comes, with an error, at the
+ * next disconnect); callers must expect either.
+ */
+static bool
+refused_outright(int rc)
+{
+	return rc == ZINVALIDSTATE || rc == ZBADARGUMENTS || rc == ZCLOSING;
+}
+
+static void
+sync_unawaited(int rc, const char *value, const void *data)
+{
+}
+
+/*
+ * Make the server we are connected to catch up with the leader before the
+ * next read.  After a reconnect it need not have seen a create whose reply
+ * was lost; a read queued behind this sync has.
+ */
+static int
+send_sync(zhandle_t *handle, const char *path)
+{
+	return zoo_async(handle, path, sync_unawaited, NULL);
+}
+
+/*
+ * Send a task's request.  A completion may run on the completion thread
+ * before the library call returns; janitor_finish then leaves the task to
+ * be settled here.  When the library did not say whether a completion
+ * will come (ZMARSHALLINGERROR), the task is left to that completion, if
+ * any, to free, and a copy takes its place in the list, to be sent again;
+ * if there is no memory for the copy, the backend is told to end the
+ * session, which deletes the node with every other.
+ */
+static void
+janitor_send(zhandle_t *handle, JanitorTask *task)
+{
+	bool		early;
+	int			early_rc;
+	int			rc;
+
+	pthread_mutex_lock(&zks_mutex);
+	task->sending = true;
+	clock_gettime(CLOCK_MONOTONIC, &task->sent_at);
+	pthread_mutex_unlock(&zks_mutex);
+
+	if (handle == NULL)
+		rc = ZCLOSING;
+	else if (task->sweep)
+	{
+		rc = send_sync(handle, task->path);
+		if (rc == ZOK)
+			rc = zoo_aget_children(handle, task->path, 0, janitor_sweep_done,
+								   task);
+	}
+	else
+		rc = zoo_adelete(handle, task->path, -1, janitor_delete_done, task);
+
+	pthread_mutex_lock(&zks_mutex);
+	task->sending = false;
+	early = task->answered_early;
+	early_rc = task->early_rc;
+	task->answered_early = false;
+	if (!early && rc != ZOK && !refused_outright(rc))
+	{
+		JanitorTask *copy = janitor_new_task(task->sweep, task->path,
+											 task->guid);
+		JanitorTask **link;
+
+		for (link = &janitor_tasks; *link; link = &(*link)->next)
+		{
+			if (*link == task)
+			{
+				*link = task->next;
+				if (copy)
+				{
+					janitor_push_locked(copy);
+					copy = NULL;
+				}
+				else
+					janitor_failed = true;
+				break;
+			}
+		}
+		if (copy)
+			janitor_free(copy);	/* dropped meanwhile: nothing to redo */
+		task->orphaned = true;
+	}
+	pthread_mutex_unlock(&zks_mutex);
+
+	if (early)
+		janitor_finish(task, early_rc);
+	else if (refused_outright(rc))
+		janitor_finish(task, rc);
+}
+
+/*
+ * Did the janitor lose track of a delete (out of memory)?  The caller must
+ * then end the session.  Clears the answer.
+ */
+bool
+zks_janitor_failed(void)
+{
+	bool		failed;
+
+	pthread_mutex_lock(&zks_mutex);
+	failed = janitor_failed;
+	janitor_failed = false;
+	pthread_mutex_unlock(&zks_mutex);
+	return failed;
+}
+
+static JanitorTask *
+janitor_new_task_or_error(bool sweep, const char *path, const char *guid)
+{
+	JanitorTask *task = janitor_new_task(sweep, path, guid);
+
+	if (task == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	return task;
+}
+
+static void
+janitor_push_locked(JanitorTask *task)
+{
+	task->next = janitor_tasks;
+	janitor_tasks = task;
+}
+
+/*
+ * Remember a node this backend now holds.  It stays in the janitor's list,
+ * marked held, so that it is deleted if the session is declared lost but comes
+ * back: the locks are given up then, and must not block others.
+ */
+void
+zks_keep_node(const char *path)
+{
+	JanitorTask *task = janitor_new_task_or_error(false, path, NULL);
+
+	task->held = true;
+	pthread_mutex_lock(&zks_mutex);
+	janitor_push_locked(task);
+	pthread_mutex_unlock(&zks_mutex);
+}
+
+/*
+ * Delete this node, retrying across reconnects until the session ends.
+ * Never raises an ERROR, so transaction-end callbacks may call it; returns
+ * false if it could not even record the task (out of memory).
+ */
+bool
+zks_delete_later(const char *path)
+{
+	JanitorTask *task;
+
+	pthread_mutex_lock(&zks_mutex);
+	for (task = janitor_tasks; task; task = task->next)
+	{
+		if (task->held && strcmp(task->path, path) == 0)
+		{
+			task->held = false;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&zks_mutex);
+
+	if (task == NULL)
+	{
+		task = janitor_new_task(false, path, NULL);
+		if (task == NULL)
+			return false;
+		pthread_mutex_lock(&zks_mutex);
+		janitor_push_locked(task);
+		pthread_mutex_unlock(&zks_mutex);
+	}
+	janitor_kick(zks_zh);
+	return true;
+}
+
+/*
+ * Queue every delete that is waiting for a reconnect before whatever the
+ * caller sends next: one session's requests are applied in order, so an
+ * acquire that follows a release in the same backend is ordered after it.
+ */
+void
+zks_send_pending_deletes(void)
+{
+	janitor_kick(zks_zh);
+}
+
+/* Delete every child of parent made with this guid for this mode, likewise. */
+void
+zks_sweep_later(const char *parent, const char *guid)
+{
+	JanitorTask *task = janitor_new_task_or_error(true, parent, guid);
+
+	pthread_mutex_lock(&zks_mutex);
+	janitor_push_locked(task);
+	pthread_mutex_unlock(&zks_mutex);
+	janitor_kick(zks_zh);
+}
+
+/* The session is declared lost: every held node is to go if it comes back. */
+static void
+janitor_release_held_locked(void)
+{
+	JanitorTask *task;
+
+	for (task = janitor_tasks; task; task = task->next)
+		task->held = false;
+}
+
+/* Is any task waiting for its reply?  Caller holds zks_mutex. */
+static bool
+janitor_busy_locked(void)
+{
+	JanitorTask *task;
+
+	for (task = janitor_tasks; task; task = task->next)
+		if (task->in_flight)
+			return true;
+	return false;
 }

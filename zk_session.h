@@ -40,19 +40,20 @@ typedef struct ZkRequest
 	int			datalen;
 } ZkRequest;
 
-/* Settings, owned by the GUCs in zklock.c. */
-extern char *zklock_hosts;
-extern int	zklock_session_timeout;
+/* How long a lock call waits for ZooKeeper to answer; see zks_define_settings. */
 extern int	zklock_connect_timeout;
-extern int	zklock_client_log_level;
-extern bool zklock_synchronous_release;
-extern char *zklock_auth;
-extern char *zklock_auth_file;
-extern bool zklock_world_readable;
-extern char *zklock_tls_ca;
-extern char *zklock_tls_cert;
-extern char *zklock_tls_key;
-extern char *zklock_tls_key_password;
+
+/* What a request was for, to say what failed. */
+typedef enum ZksOperation
+{
+	ZKS_CREATE,
+	ZKS_LIST,
+	ZKS_CHECK,
+	ZKS_SYNC,
+	ZKS_READ,
+	ZKS_WATCH,
+	ZKS_SET_DATA
+} ZksOperation;
 
 typedef enum ZksState
 {
@@ -68,7 +69,7 @@ extern ZksState zks_state(void);
 extern bool zks_is_lost(void);
 extern bool zks_wait_while_unsure(void);
 extern bool zks_confirm_contact(void);
-extern uint64 zks_contact_epoch(void);
+extern uint64 zks_connection_count(void);
 extern void zks_set_cancel_on_loss(bool cancel);
 extern bool zks_take_loss_cancel(void);
 extern bool zks_settings_changed(void);
@@ -88,6 +89,17 @@ extern int	zks_negotiated_timeout(void);
 extern ZkRequest *zks_watch_data(const char *path);
 extern ZkRequest *zks_set_data(const char *path, const char *data, int datalen);
 extern void zks_remove_watch(const char *path);
+/*
+ * A request failed only because the connection dropped or ZooKeeper did not
+ * answer in time: the same request may be sent again once connected.
+ */
+static inline bool
+zks_is_retryable(int rc)
+{
+	return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT;
+}
+
+extern void zks_define_settings(void);
 extern ZkRequest *zks_watch_then_list(const char *watched, const char *parent);
 extern ZkRequest *zks_take_listing(void);
 extern void zks_cancel_listing(void);
@@ -105,7 +117,6 @@ extern void zks_sweep_later(const char *parent, const char *guid);
 extern void zks_settle(int timeout_ms);
 extern bool zks_janitor_failed(void);
 
-pg_noreturn extern void zks_report_error(int rc, const char *what,
-										 const char *path);
+pg_noreturn extern void zks_report_error(int rc, ZksOperation op, const char *path);
 
 #endif							/* ZK_SESSION_H */

@@ -2,20 +2,21 @@
  *
  * zk_shared.c
  *	  What each backend shows the rest of its server in shared memory: its
- *	  zklock holds, its current wait, and per-lock statistics.
+ *	  zklock holds, its current wait, and per-lock statistics; and the
+ *	  backend's own counters, which zk_status() shows.
  *
  * Only with zklock in shared_preload_libraries: the memory is sized at
  * server start from zklock.max_shown_holds (hold slots, one per backend,
  * lock name and mode) and zklock.max_tracked_names (lock names whose
  * statistics are kept), plus one wait slot per possible backend.  Without
- * it every function here does nothing, and the views show the calling
- * backend alone.
+ * it nothing is shown to other backends, and the views show the calling
+ * backend alone; the backend's own counters are kept either way.
  *
  * Publishing costs no ZooKeeper request: a backend writes its own slots
  * under one LWLock when its holds change (zk_holds.c), when it really
  * waits and when that wait ends (zk_recipe.c, zk_holds.c; an acquire
  * granted at once shows no wait), and counts into the statistics
- * (zklock.c and the others) under the same lock, held shared, plus a
+ * (zksh_count, from zklock.c and the others) under the same lock, held shared, plus a
  * spinlock per name.  When a slot cannot be had (all in use, or too many
  * names tracked), what it would have shown is not shown, with one WARNING
  * per backend; a lock call never fails for it.
@@ -40,8 +41,9 @@
 
 #include "zk_shared.h"
 
-static int	max_shown_holds = 1000;
-static int	max_tracked_names = 1000;
+/* Settings; their defaults are in zksh_define_settings. */
+static int	max_shown_holds;
+static int	max_tracked_names;
 
 typedef struct StatKey
 {
@@ -341,9 +343,38 @@ zksh_wait_end(void)
 	wait_shown = false;
 }
 
-/* Add amount to one statistic of the lock under parent. */
+static void count_shared(const char *parent, ZkshCounter counter,
+						 int64 amount);
+
+/*
+ * This backend's counters, for zk_status().  It shows all but the losses,
+ * which it takes from the hold table: that counts each mode lost, these
+ * count each lock.
+ */
+static int64 backend_counts[ZKSH_NCOUNTERS];
+
+int64
+zksh_backend_count(ZkshCounter counter)
+{
+	return backend_counts[counter];
+}
+
+/*
+ * Add amount to one of this backend's counters and, for a lock (not a
+ * semaphore, which may share its name), to that lock's statistics.
+ */
 void
-zksh_count(const char *parent, ZkshCounter counter, int64 amount)
+zksh_count(const char *parent, bool semaphore, ZkshCounter counter,
+		   int64 amount)
+{
+	backend_counts[counter] += amount;
+	if (!semaphore)
+		count_shared(parent, counter, amount);
+}
+
+/* Add amount to one statistic of the lock under parent. */
+static void
+count_shared(const char *parent, ZkshCounter counter, int64 amount)
 {
 	StatKey		key;
 	StatEntry  *entry;

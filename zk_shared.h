@@ -2,7 +2,8 @@
  *
  * zk_shared.h
  *	  What each backend shows the rest of its server in shared memory: its
- *	  zklock holds, its current wait, and per-lock statistics.
+ *	  zklock holds, its current wait, and per-lock statistics; and the
+ *	  backend's own counters.
  *
  *-------------------------------------------------------------------------
  */
@@ -78,7 +79,9 @@ extern void zksh_wait_begin(const char *parent, bool shared, bool semaphore,
 extern void zksh_wait_node(const char *node);
 extern void zksh_wait_end(void);
 
-extern void zksh_count(const char *parent, ZkshCounter counter, int64 amount);
+extern void zksh_count(const char *parent, bool semaphore, ZkshCounter counter,
+					   int64 amount);
+extern int64 zksh_backend_count(ZkshCounter counter);
 
 extern int	zksh_holds(ZkshHold **holds);
 extern int	zksh_waits(ZkshWait **waits);

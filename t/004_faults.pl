@@ -101,7 +101,7 @@ sub nodes_left
 	# The cut-off starts somewhere while the servers stop, one by one.
 	my $t_stopped = time;
 	ok(await_output($r,
-			qr/canceling statement because zklock lost transaction-level lock "long_outage_r"/),
+			qr/canceling statement because zklock lost its ZooKeeper session\nDETAIL:  The transaction held these locks, now lost: "long_outage_r"\./),
 		'the running statement of a transaction whose lock was lost is cancelled');
 	# The loss is due one session timeout after the server was last heard
 	# from; t/009_safety.pl measures that against the last reply itself.
@@ -109,7 +109,7 @@ sub nodes_left
 	run_sql($r, 'COMMIT');
 
 	($out, $err) = run_sql($x, 'COMMIT');
-	like($err, qr/ERROR:  cannot commit: zklock lost transaction-level lock "long_outage_x"/,
+	like($err, qr/ERROR:  cannot commit because zklock lost its ZooKeeper session\nDETAIL:  The transaction held these locks, now lost: "long_outage_x"\./,
 		'COMMIT of an idle transaction whose lock was lost fails');
 	is($east->safe_psql('postgres', 'SELECT count(*) FROM work'), '0',
 		'and nothing of either transaction was committed');
@@ -117,7 +117,7 @@ sub nodes_left
 	zk_ensemble('start');
 	($out, $err) = run_sql($s, "SELECT zk_unlock('long_outage_s')");
 	is($out, 'f', 'unlock of a lost session lock returns false');
-	like($err, qr/lost its ZooKeeper session and with it these locks: "long_outage_s"/,
+	like($err, qr/WARNING:  zklock lost its ZooKeeper session\nDETAIL:  These locks were held, and are lost: "long_outage_s"\./,
 		'the next call names the lost locks');
 	like($err, qr/"long_outage_s" was lost with the ZooKeeper session and is not held/,
 		'and unlock says the lock was lost');
@@ -181,10 +181,10 @@ sub nodes_left
 	# commit's own checks, and must read as the refused commit all the same.
 	send_query($x, 'COMMIT;');
 	kill 'CONT', $r->{zk_pid}, $x->{zk_pid};
-	ok(await_output($r, qr/canceling statement because zklock lost transaction-level lock "paused"/),
+	ok(await_output($r, qr/canceling statement because zklock lost its ZooKeeper session\nDETAIL:  The transaction held these locks, now lost: "paused"\./),
 		'once resumed, the paused holder\'s running statement is cancelled');
 	run_sql($r, 'COMMIT');
-	ok(await_output($x, qr/ERROR:  cannot commit: zklock lost transaction-level lock "paused_idle"/),
+	ok(await_output($x, qr/ERROR:  cannot commit because zklock lost its ZooKeeper session\nDETAIL:  The transaction held these locks, now lost: "paused_idle"\./),
 		'the idle paused holder\'s COMMIT fails');
 	is($east->safe_psql('postgres', 'SELECT count(*) FROM work'), '0',
 		'nothing the paused holders did was committed');
@@ -214,7 +214,7 @@ sub nodes_left
 	my $q_creds = $out;
 
 	ZkTest::zkinspect('expire', $creds);
-	ok(await_output($h, qr/canceling statement because zklock lost transaction-level lock "expire_x"/),
+	ok(await_output($h, qr/canceling statement because zklock lost its ZooKeeper session\nDETAIL:  The transaction held these locks, now lost: "expire_x"\./),
 		'an expired session cancels the holder\'s running statement');
 	ok(await_output($w, qr/granted after expiry/), 'and the waiter is granted at once');
 	run_sql($h, 'ROLLBACK');

@@ -319,7 +319,7 @@ $east->safe_psql('postgres', 'CREATE EXTENSION dblink');
 	sleep 2;    # a few heartbeats
 	PostgreSQL::Test::Utils::append_to_file("$control/blackhole", '');
 	ok(await_output($h,
-			qr/canceling statement because zklock lost transaction-level lock "cut"/),
+			qr/canceling statement because zklock lost its ZooKeeper session\nDETAIL:  The transaction held these locks, now lost: "cut"\./),
 		'cut: the holder\'s statement is cancelled');
 	my $lost_at = time;
 	my $last_reply = slurp_file("$control/last-reply");

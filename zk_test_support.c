@@ -1,0 +1,41 @@
+/*-------------------------------------------------------------------------
+ *
+ * zk_test_support.c
+ *	  What the fault tests need from inside a backend, and nothing else
+ *	  does.  None of it is part of the extension's SQL: a test creates the
+ *	  SQL function itself, which takes a superuser.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+
+#include "zk_session.h"
+
+PG_FUNCTION_INFO_V1(zk_test_session_credentials);
+
+/*
+ * The session id and password, so that a test can expire the session from
+ * another client, as Curator's tests do.
+ */
+Datum
+zk_test_session_credentials(PG_FUNCTION_ARGS)
+{
+	char		passwd[16];
+	char		passwd_hex[2 * sizeof(passwd) + 1];
+
+	if (!superuser())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be superuser to read ZooKeeper session credentials")));
+	if (!zks_is_open() || zks_session_id() == 0)
+		PG_RETURN_NULL();
+	zks_session_password(passwd);
+	passwd_hex[hex_encode(passwd, sizeof(passwd), passwd_hex)] = '\0';
+	PG_RETURN_TEXT_P(cstring_to_text(psprintf("%llx:%s",
+											  (unsigned long long) zks_session_id(),
+											  passwd_hex)));
+}
