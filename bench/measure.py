@@ -686,6 +686,10 @@ def repeat(rep, kazoo, curator):
     RES.add("session_cycle", sc)
     RES.add("ratio_session_cycle", sc / fa)
     log("zklock session cycle %.3f ms (%.3f x floor awaited)" % (sc, sc / fa))
+    v = attempt("semaphore cycle", pgbench_period_ms, SQL["semaphore"], N, WARMUP, "semaphore")
+    RES.add("semaphore_cycle", v)
+    RES.add("ratio_semaphore_cycle", v / fa)
+    log("zklock semaphore cycle %.3f ms (%.3f x floor awaited)" % (v, v / fa))
     v = attempt("transaction cycle", pgbench_period_ms, SQL["xact"], N, WARMUP, "xact")
     RES.add("xact_cycle", v)
     RES.add("ratio_xact_cycle", v / fa)
@@ -1014,6 +1018,11 @@ def report(elapsed):
     r = med("ratio_session_cycle")
     row("session_cycle", sc, "ms", "zklock: zk_lock + zk_unlock, pgbench -c 1", r, "floor_awaited",
         "<= 1.10x", goal_le(r, 1.10), extra={"cycles_per_s": per_s(sc)})
+    smc = med("semaphore_cycle")
+    r = med("ratio_semaphore_cycle")
+    row("semaphore_cycle", smc, "ms", "zklock: zk_semaphore_acquire(name, 3) + "
+        "zk_semaphore_release, pgbench -c 1", r, "floor_awaited", "<= 1.10x", goal_le(r, 1.10),
+        extra={"cycles_per_s": per_s(smc)})
     xc = med("xact_cycle")
     r = med("ratio_xact_cycle")
     row("xact_cycle", xc, "ms", "zklock: BEGIN; zk_xact_lock; COMMIT, pgbench -c 1 "
@@ -1298,6 +1307,9 @@ def main():
     os.makedirs(SCRATCH, exist_ok=True)
     SQL["session"] = write_file("session.sql", "SELECT zk_lock('b');\nSELECT zk_unlock('b');\n")
     SQL["xact"] = write_file("xact.sql", "BEGIN;\nSELECT zk_xact_lock('b');\nCOMMIT;\n")
+    SQL["semaphore"] = write_file("semaphore.sql",
+                                  "SELECT zk_semaphore_acquire('b', 3);\n"
+                                  "SELECT zk_semaphore_release('b');\n")
     SQL["commit_check"] = write_file("commit_check.sql",
                                      "BEGIN;\nSELECT zk_xact_lock('cc');\n"
                                      "SELECT pg_sleep(:pause);\nCOMMIT;\n")
