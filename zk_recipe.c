@@ -585,6 +585,16 @@ decide(Acquisition *acq, ZkqVerdict *verdict, char ***watches, int *nwatch,
 	return reading == READ_DONE;
 }
 
+static void
+free_watches(char **watches, int nwatch)
+{
+	int			i;
+
+	for (i = 0; i < nwatch; i++)
+		pfree(watches[i]);
+	pfree(watches);
+}
+
 /* Take back the watches left on a semaphore's holders. */
 static void
 unwatch_all(Acquisition *acq)
@@ -726,6 +736,8 @@ wait_in_queue(Acquisition *acq, bool wait)
 			continue;
 		}
 		release_request(&acq->list);
+		if (verdict == ZKQ_HOLDS || !wait || verdict == ZKQ_REQUEUE)
+			free_watches(watches, nwatch);
 		if (verdict == ZKQ_HOLDS)
 			return acq->slots == 0 || hand_on(acq);
 		if (!wait)
@@ -891,6 +903,8 @@ zkr_acquire(const char *parent, bool shared, int slots,
 	if (result != ZKR_GRANTED)
 		abandon(acq);
 	*waited = acq->waited;
+	if (acq->relisted_for)
+		pfree(acq->relisted_for);
 	pfree(acq);
 	return result;
 }

@@ -443,7 +443,7 @@ acquire_all(FunctionCallInfo fcinfo, HoldScope scope, int64 timeout_ms)
 	losses = zkh_losses();
 	PG_TRY();
 	{
-		for (; taken < n; taken++)
+		while (taken < n)
 		{
 			int64		left = timeout_ms;
 
@@ -453,11 +453,14 @@ acquire_all(FunctionCallInfo fcinfo, HoldScope scope, int64 timeout_ms)
 			if (!acquire_name(names[taken].parent, names[taken].name,
 							  MODE_EXCLUSIVE, 0, scope, left))
 				break;
+			taken++;
 
 			/*
-			 * A session lost between two names takes the earlier ones with
-			 * it, and only a WARNING says so: give up the rest.
+			 * A session lost since the call began took the names granted
+			 * before it with it, and only a WARNING says so (the name just
+			 * granted may be on a new session): give them all up.
 			 */
+			zkh_check_session();
 			if (zkh_losses() != losses)
 				ereport(ERROR,
 						(errcode(ERRCODE_CONNECTION_FAILURE),

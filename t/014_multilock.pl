@@ -1,6 +1,7 @@
 # All-or-nothing multi-locks: names taken in one canonical order whatever
 # order they are listed in, so two multi-locks never deadlock each other;
-# a timeout, a failed try or a cancel gives back every hold the call took.
+# a timeout, a failed try, a cancel, an error in a savepoint or a session
+# that expires while the call waits gives back every hold the call took.
 use strict;
 use warnings;
 
@@ -89,6 +90,51 @@ my ($out, $err);
 	run_sql($s, 'SELECT zk_unlock_all()');
 	run_sql($w, 'SELECT zk_unlock_all()');
 	$_->quit for ($s, $w);
+}
+
+# --- an error inside a savepoint gives back only what the call took -----------
+{
+	my $s = zk_session($east);
+	my $w = zk_session($west);
+	run_sql($w, "SELECT zk_lock('sp_blocked')");
+	run_sql($s, "BEGIN; SELECT zk_xact_lock('sp_outer'); SAVEPOINT s; SET LOCAL statement_timeout = '300ms'");
+	($out, $err) = run_sql($s, "SELECT zk_xact_lock(ARRAY['sp_a', 'sp_blocked'])");
+	like($err, qr/canceling statement due to statement timeout/, 'a multi-lock in a savepoint runs into statement_timeout');
+	run_sql($s, 'ROLLBACK TO s');
+	($out) = run_sql($s, "SELECT string_agg(name || ':' || holds, ',' ORDER BY name) FROM zk_locks WHERE pid = pg_backend_pid()");
+	is($out, 'sp_outer:1', 'after ROLLBACK TO, the hold from before the savepoint stays, and only it');
+	($out) = run_sql($w, "SELECT zk_try_lock('sp_a') AND zk_unlock('sp_a')");
+	is($out, 't', 'the name the call had taken is free');
+	run_sql($s, 'COMMIT');
+	run_sql($w, "SELECT zk_unlock('sp_blocked')");
+	$_->quit for ($s, $w);
+}
+
+# --- the session expires while a multi-lock waits for its second name --------
+{
+	$east->safe_psql('postgres', q{
+		CREATE FUNCTION zk_test_session_credentials() RETURNS text
+		AS '$libdir/zklock', 'zk_test_session_credentials' LANGUAGE C});
+	my $h = zk_session($west);
+	my $m = zk_session($east);
+	run_sql($h, "SELECT zk_lock('exp_b')");
+	run_sql($m, "SELECT zk_try_lock('exp_warm_up') AND zk_unlock('exp_warm_up')");
+	my ($creds) = run_sql($m, 'SELECT zk_test_session_credentials()');
+	send_query($m, "SELECT 'm granted' FROM zk_lock(ARRAY['exp_a', 'exp_b']);");
+	ok(wait_for_zk_wait($east, $m->{zk_pid}), 'a multi-lock holds one name and waits for the other');
+	is(scalar zk_contenders("$root/exp_a"), 1, 'the first name is taken');
+	ZkTest::zkinspect('expire', $creds);
+	ok(await_output($m,
+			qr/ERROR:  zklock (lost its ZooKeeper session|lock node "[^"]+" disappeared while waiting)/),
+		'its session expires: the call ends with an ERROR');
+	($out) = run_sql($m, "SELECT count(*) FROM zk_locks WHERE pid = pg_backend_pid()");
+	is($out, '0', 'and holds nothing, not even the lost first name');
+	($out) = run_sql($h, "SELECT zk_try_lock('exp_a') AND zk_unlock('exp_a')");
+	is($out, 't', 'the first name is free for others');
+	($out) = run_sql($m, "SELECT zk_try_lock(ARRAY['exp_a']) AND zk_unlock(ARRAY['exp_a'])");
+	is($out, 't', 'the backend locks again on a new session');
+	run_sql($h, "SELECT zk_unlock('exp_b')");
+	$_->quit for ($h, $m);
 }
 
 is_deeply([ zk_lock_nodes($root) ], [], 'no lock node left');
