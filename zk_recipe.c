@@ -736,7 +736,7 @@ wait_in_queue(Acquisition *acq, bool wait)
 			continue;
 		}
 		release_request(&acq->list);
-		if (verdict == ZKQ_HOLDS || !wait || verdict == ZKQ_REQUEUE)
+		if (verdict != ZKQ_WAIT || !wait)
 			free_watches(watches, nwatch);
 		if (verdict == ZKQ_HOLDS)
 			return acq->slots == 0 || hand_on(acq);
@@ -818,8 +818,7 @@ wait_in_queue(Acquisition *acq, bool wait)
 		}
 		else if (rc != ZOK && rc != ZNONODE)
 			zks_report_error(rc, ZKS_WATCH, watches[0]);
-		pfree(watches[0]);
-		pfree(watches);
+		free_watches(watches, nwatch);
 	}
 }
 
