@@ -109,14 +109,16 @@ typedef struct Blocker
 	int64		owner;
 } Blocker;
 
-/* One lock's queue, read once per pass: its contenders and their owners. */
+/*
+ * One lock's queue, read once per pass: its contenders and their owners.
+ * Every contender's czxid is read, so it is ordered by czxid.
+ */
 typedef struct Queue
 {
 	char	   *parent;
 	ZkqEntry   *entries;		/* names copied out of the listing */
 	int64	   *owners;
 	int			n;
-	bool		by_czxid;
 	bool		missing;		/* the parent is gone */
 } Queue;
 
@@ -293,7 +295,6 @@ read_queue(Search *s, const char *parent)
 		q->entries[q->n].czxid = stat->stat.czxid;
 		q->owners[q->n++] = stat->stat.ephemeralOwner;
 	}
-	q->by_czxid = zkq_needs_czxid(q->entries, q->n);
 	s->nqueues++;
 	release_requests(s);
 	return q;
@@ -321,7 +322,7 @@ read_blockers(Search *s, const ZknWait *wait, Blocker **blockers, int *count)
 			own = i;
 	if (own < 0)
 		return READ_NOT_WAITING;
-	switch (zkq_decide(q->entries, q->n, own, q->by_czxid, &watch))
+	switch (zkq_decide(q->entries, q->n, own, true, &watch))
 	{
 		case ZKQ_WAIT:
 			break;
@@ -334,7 +335,7 @@ read_blockers(Search *s, const ZknWait *wait, Blocker **blockers, int *count)
 					 errmsg("out of memory")));
 	}
 	indexes = palloc(q->n * sizeof(int));
-	n = zkq_blockers(q->entries, q->n, own, q->by_czxid, indexes);
+	n = zkq_blockers(q->entries, q->n, own, true, indexes);
 	if (n < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
@@ -657,7 +658,10 @@ publish(Search *s, const char *parent, const char *node, const char *identity,
 			 * first (the delete is sent ahead of the next create), so ours
 			 * carries a fresh czxid.
 			 */
-			zkd_withdraw(published);
+			if (!zkd_withdraw(published))
+				ereport(ERROR,
+						(errcode(ERRCODE_OUT_OF_MEMORY),
+						 errmsg("out of memory")));
 		}
 		else
 			return false;
@@ -723,16 +727,20 @@ zkd_check(const char *parent, const char *node_path, const char *identity,
 	return found != FOUND_UNKNOWN;
 }
 
-/* Take a published wait back; the janitor deletes it. */
-void
+/*
+ * Take a published wait back; the janitor deletes it.  Returns false if the
+ * delete could not be recorded (out of memory): the wait stays until the
+ * session ends.
+ */
+bool
 zkd_withdraw(ZkdWait *published)
 {
+	bool		recorded = true;
+
 	if (published->path[0] == '\0')
-		return;
-	if (!zks_delete_later(published->path))
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
+		return true;
+	recorded = zks_delete_later(published->path);
 	published->path[0] = '\0';
 	published->czxid = 0;
+	return recorded;
 }

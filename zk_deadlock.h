@@ -29,6 +29,6 @@ extern void zkd_define_settings(void);
 extern bool zkd_check(const char *parent, const char *node_path,
 					  const char *identity, ZkdWait *published,
 					  TimestampTz deadline, uint64 generation);
-extern void zkd_withdraw(ZkdWait *published);
+extern bool zkd_withdraw(ZkdWait *published);
 
 #endif							/* ZK_DEADLOCK_H */

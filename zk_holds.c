@@ -24,9 +24,13 @@
  *
  * When the ZooKeeper session is lost, every entry moves to a second table
  * of lost holds.  They keep their counts so that zk_unlock can say the
- * lock was lost, and so that a transaction holding a lost lock cannot
- * commit: the pre-commit callback raises an ERROR naming it.  Ending them
- * (unlock, unlock_all, transaction end) just forgets them.
+ * lock was lost, and so that work done under them cannot commit
+ * (zkh_check_commit, called by the statement guard, zk_guard.c): a
+ * transaction holding a lost transaction-level lock never commits, and
+ * while a lost session-level hold is remembered no transaction that wrote
+ * commits, unless zklock.fail_closed is off.  Ending a lost hold (unlock,
+ * unlock_all, semaphore release, transaction end) just forgets it: for a
+ * session-level hold that is how the job acknowledges the loss.
  *
  *-------------------------------------------------------------------------
  */
@@ -75,25 +79,31 @@ static HTAB *holds = NULL;
 static HTAB *lost_holds = NULL;
 static int64 losses = 0;
 
-static emit_log_hook_type prev_emit_log_hook = NULL;
-
 /*
- * A transaction whose zklock was lost: its running statement is cancelled,
- * its COMMIT refused.  The detail names the locks.
+ * The wording of a loss that stops a statement or a commit.  The detail
+ * names the locks.
  */
-#define LOST_XACT_CANCEL_MSG \
+#define LOST_CANCEL_MSG \
 	"canceling statement because zklock lost its ZooKeeper session"
+#define LOST_COMMIT_MSG \
+	"cannot commit because zklock lost its ZooKeeper session"
+#define LOST_XACT_DETAIL "The transaction held these locks, now lost: %s."
+#define LOST_SESSION_DETAIL \
+	"This backend held these locks at session level, now lost: %s."
+#define LOST_WHY_DETAIL \
+	"The session expired or was cut off for longer than its timeout; another client may hold them now."
 #define LOST_XACT_CANCEL_HINT \
 	"The transaction cannot commit.  Roll it back and retry it under a new lock."
-#define LOST_XACT_COMMIT_MSG \
-	"cannot commit because zklock lost its ZooKeeper session"
 #define LOST_XACT_COMMIT_HINT \
 	"The transaction is rolled back.  Retry it under a new lock."
-#define LOST_XACT_DETAIL \
-	"The transaction held these locks, now lost: %s.  The session expired or was cut off for longer than its timeout; another client may hold them now."
+#define LOST_SESSION_HINT \
+	"No transaction that writes can commit until the loss is acknowledged: release each lost lock (zk_unlock, zk_semaphore_release) or call zk_unlock_all(), then redo the work under a new lock."
 
 /* Whether COMMIT and ROLLBACK wait for their releases to be confirmed. */
 static bool zklock_synchronous_release;
+
+/* Whether a lost session-level hold keeps writing transactions from committing. */
+static bool zklock_fail_closed;
 
 void
 zkh_define_settings(void)
@@ -104,6 +114,14 @@ zkh_define_settings(void)
 							 &zklock_synchronous_release,
 							 true,
 							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
+	DefineCustomBoolVariable("zklock.fail_closed",
+							 "Sets whether session-level zklocks guard commits as transaction-level ones do.",
+							 "When on, a loss cancels the running statement, and after a session-level lock is lost no transaction that writes commits until the loss is acknowledged.  When off, a session-level loss is only reported, by a WARNING at the next zklock call.",
+							 &zklock_fail_closed,
+							 true,
+							 PGC_SUSET,
 							 0,
 							 NULL, NULL, NULL);
 }
@@ -218,14 +236,27 @@ add_hold(HoldMode *mode, bool xact)
 	{
 		Assert(mode->xact_count < mode->xact_alloc);
 		mode->xact_subids[mode->xact_count++] = GetCurrentSubTransactionId();
-		if (mode->xact_count == 1)
-			zks_set_cancel_on_loss(true);
 	}
 	else
 		mode->session_count++;
+	if (xact || zklock_fail_closed)
+		zks_set_cancel_on_loss(true);
 }
 
-/* A loss should cancel the running statement only while a xact hold lives. */
+/* Does a live hold guard commits: any transaction-level one, or any at all? */
+static bool
+guards_commits(const LockEntry *entry)
+{
+	int			m;
+
+	for (m = 0; m < 2; m++)
+		if (entry->modes[m].xact_count > 0 ||
+			(zklock_fail_closed && entry->modes[m].session_count > 0))
+			return true;
+	return false;
+}
+
+/* A loss cancels the running statement while a live hold guards commits. */
 static void
 update_cancel_on_loss(void)
 {
@@ -236,9 +267,12 @@ update_cancel_on_loss(void)
 	if (holds)
 	{
 		hash_seq_init(&status, holds);
-		while ((entry = hash_seq_search(&status)) != NULL)
-			any |= entry->modes[0].xact_count > 0 ||
-				entry->modes[1].xact_count > 0;
+		while (!any && (entry = hash_seq_search(&status)) != NULL)
+			if (guards_commits(entry))
+			{
+				any = true;
+				hash_seq_term(&status);
+			}
 	}
 	zks_set_cancel_on_loss(any);
 }
@@ -583,10 +617,11 @@ is_held(const LockEntry *entry)
 
 /*
  * The session that held our nodes is gone, and the nodes with it.  Move
- * every entry to the lost table and say which locks were lost.
+ * every entry to the lost table and, if warn, say which locks were lost
+ * (the commit checks say so in their ERROR instead).
  */
 static void
-mark_all_lost(void)
+mark_all_lost(bool warn)
 {
 	HASH_SEQ_STATUS status;
 	LockEntry  *entry;
@@ -607,46 +642,88 @@ mark_all_lost(void)
 	}
 	show_holds();
 	zks_set_cancel_on_loss(false);
-	if (names.len > 0)
+	if (warn && names.len > 0)
 		ereport(WARNING,
 				(errmsg("zklock lost its ZooKeeper session"),
 				 errdetail("These locks were held, and are lost: %s.  The session expired or was cut off for longer than its timeout.",
 						   names.data),
-				 errhint("Another client may have acquired them since.  Redo the work they protect under a new lock.")));
+				 errhint(zklock_fail_closed ? LOST_SESSION_HINT :
+						 "Another client may have acquired them since.  Redo the work they protect under a new lock.")));
 	pfree(names.data);
 }
 
+/*
+ * Names of the lost holds still remembered, at transaction level (xact) or
+ * at session level, for messages.
+ */
 static void
-append_xact_hold_names(StringInfo names, HTAB *table)
+append_lost_names(StringInfo names, bool xact)
 {
 	HASH_SEQ_STATUS status;
 	LockEntry  *entry;
 
-	if (table == NULL)
+	if (lost_holds == NULL)
 		return;
-	hash_seq_init(&status, table);
+	hash_seq_init(&status, lost_holds);
 	while ((entry = hash_seq_search(&status)) != NULL)
-		if (entry->modes[0].xact_count > 0 || entry->modes[1].xact_count > 0)
+	{
+		int			count = xact ?
+			entry->modes[0].xact_count + entry->modes[1].xact_count :
+			entry->modes[0].session_count + entry->modes[1].session_count;
+
+		if (count > 0)
 			append_name(names, entry->name);
-}
-
-/* Names of the locks held at transaction level, live or lost, for messages. */
-static char *
-xact_hold_names(void)
-{
-	StringInfoData names;
-
-	initStringInfo(&names);
-	append_xact_hold_names(&names, holds);
-	append_xact_hold_names(&names, lost_holds);
-	return names.data;
+	}
 }
 
 /*
- * Inside the pre-commit checks.  A loss cancel can land there (any WARNING
- * services interrupts), and must then read as the refused commit it is.
+ * Raise the ERROR of a loss: a refused commit (40000), or a cancelled
+ * statement (57014), naming the lost locks of each scope that counts, and
+ * saying how to go on.
  */
-static bool committing = false;
+pg_noreturn static void
+raise_loss(bool commit, bool xact, bool session)
+{
+	StringInfoData xact_names;
+	StringInfoData session_names;
+	StringInfoData detail;
+
+	initStringInfo(&xact_names);
+	initStringInfo(&session_names);
+	initStringInfo(&detail);
+	if (xact)
+		append_lost_names(&xact_names, true);
+	if (session)
+		append_lost_names(&session_names, false);
+	if (xact_names.len > 0)
+		appendStringInfo(&detail, LOST_XACT_DETAIL "  ", xact_names.data);
+	if (session_names.len > 0)
+		appendStringInfo(&detail, LOST_SESSION_DETAIL "  ", session_names.data);
+	appendStringInfoString(&detail, detail.len > 0 ? LOST_WHY_DETAIL :
+						   "The session expired or was cut off for longer than its timeout.");
+	ereport(ERROR,
+			(errcode(commit ? ERRCODE_TRANSACTION_ROLLBACK :
+					 ERRCODE_QUERY_CANCELED),
+			 errmsg(commit ? LOST_COMMIT_MSG : LOST_CANCEL_MSG),
+			 errdetail_internal("%s", detail.data),
+			 session_names.len > 0 ? errhint(LOST_SESSION_HINT) :
+			 xact_names.len > 0 ?
+			 errhint(commit ? LOST_XACT_COMMIT_HINT : LOST_XACT_CANCEL_HINT) : 0));
+}
+
+/*
+ * The watchdog cancelled the running statement because the session was
+ * lost (zk_guard.c catches that cancel): raise it anew in zklock's words.
+ * Session-level holds are named there only where they guard commits; with
+ * zklock.fail_closed off they get the plain WARNING.
+ */
+void
+zkh_raise_loss_cancel(void)
+{
+	mark_all_lost(!zklock_fail_closed);
+	zks_close();
+	raise_loss(false, true, zklock_fail_closed);
+}
 
 /*
  * The fencing token of an entry: the czxid of the backend's earliest node
@@ -865,15 +942,42 @@ zkh_held_count(void)
 void
 zkh_check_session(void)
 {
-	/* A loss cancel that never reached a statement is moot now. */
-	(void) zks_take_loss_cancel();
 	if (!zks_is_open() || zks_is_lost() || zks_janitor_failed())
 	{
-		mark_all_lost();
+		mark_all_lost(true);
 		zks_close();
 	}
 	else if (zks_settings_changed() && is_empty())
 		zks_close();
+	update_cancel_on_loss();
+}
+
+/* Does this backend hold any zklock, or remember any lost one? */
+bool
+zkh_any(void)
+{
+	return !is_empty() ||
+		(lost_holds != NULL && hash_get_num_entries(lost_holds) > 0);
+}
+
+/*
+ * How many locks and semaphore slots this backend lost at session level
+ * and has not yet let go of (acknowledged).
+ */
+int
+zkh_unacknowledged_losses(void)
+{
+	HASH_SEQ_STATUS status;
+	LockEntry  *entry;
+	int			n = 0;
+
+	if (lost_holds == NULL)
+		return 0;
+	hash_seq_init(&status, lost_holds);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		n += (entry->modes[0].session_count > 0) +
+			(entry->modes[1].session_count > 0);
+	return n;
 }
 
 /* How many holds were lost with a session, over this backend's life. */
@@ -942,15 +1046,39 @@ zkh_rows(ZkHoldRow **rows_out)
 	return n;
 }
 
+static bool has_xact_holds_in(HTAB *table);
+
+static bool
+has_session_holds_in(HTAB *table)
+{
+	HASH_SEQ_STATUS status;
+	LockEntry  *entry;
+
+	if (table == NULL)
+		return false;
+	hash_seq_init(&status, table);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		if (entry->modes[0].session_count > 0 ||
+			entry->modes[1].session_count > 0)
+		{
+			hash_seq_term(&status);
+			return true;
+		}
+	}
+	return false;
+}
+
 /*
- * Before COMMIT: a transaction must not commit unless its zklocks are
- * still held.  Wait out a disconnection (unsure) until the session is back
- * or lost, make sure the session reached the leader recently enough
- * (zks_confirm_contact), and after a reconnect check that each node is
- * still ours.
+ * Before a commit: are the live holds that guard it (transaction-level
+ * ones, and with session_too every one) still held?  Wait out a
+ * disconnection (unsure) until the session is back or lost, make sure the
+ * session reached the leader recently enough (zks_confirm_contact), and
+ * after a reconnect check that each of their nodes is still ours.  If not,
+ * every hold moves to the lost table.
  */
 static void
-confirm_xact_holds(void)
+confirm_holds(bool session_too)
 {
 	HASH_SEQ_STATUS status;
 	LockEntry  *entry;
@@ -960,16 +1088,17 @@ confirm_xact_holds(void)
 		return;
 	if (!zks_confirm_contact())
 	{
-		mark_all_lost();
+		mark_all_lost(false);
 		zks_close();
 		return;
 	}
 
 	/*
-	 * After a reconnect, check every node of every name held at transaction
-	 * level, the one kept for its place included.  One missing means another
-	 * client deleted it: the session's other nodes cannot be trusted either,
-	 * so the session is ended, which deletes them, and every hold is lost.
+	 * After a reconnect, check every node of every name that guards the
+	 * commit, the one kept for its place included.  One missing means
+	 * another client deleted it: the session's other nodes cannot be
+	 * trusted either, so the session is ended, which deletes them, and
+	 * every hold is lost.
 	 */
 	initStringInfo(&lost_names);
 	hash_seq_init(&status, holds);
@@ -977,7 +1106,8 @@ confirm_xact_holds(void)
 	{
 		int			m;
 
-		if (entry->modes[0].xact_count == 0 && entry->modes[1].xact_count == 0)
+		if (entry->modes[0].xact_count == 0 && entry->modes[1].xact_count == 0 &&
+			!(session_too && is_held(entry)))
 			continue;
 		for (m = 0; m < 2; m++)
 		{
@@ -997,27 +1127,37 @@ confirm_xact_holds(void)
 				(errmsg("zklock found a lock node gone after reconnecting"),
 				 errdetail("Another client deleted the node of lock %s; the ZooKeeper session is ended so that none of its other nodes is trusted.",
 						   lost_names.data)));
-		mark_all_lost();
+		mark_all_lost(false);
 		zks_close();
 	}
 	pfree(lost_names.data);
 	update_cancel_on_loss();
 }
 
-static void
-refuse_commit_of_lost_holds(void)
+/*
+ * May the transaction commit, or with prepare be prepared?  Not if it holds
+ * a transaction-level lock that is lost, nor, when it wrote and
+ * zklock.fail_closed is on, while this backend holds a session-level lock
+ * that is lost (and not yet acknowledged) or that the session cannot
+ * confirm.  Raises the ERROR that refuses the commit; the statement guard
+ * (zk_guard.c) calls this where a commit begins.
+ */
+void
+zkh_check_commit(bool wrote, bool prepare)
 {
-	StringInfoData names;
+	bool		session_too = wrote && zklock_fail_closed;
 
-	initStringInfo(&names);
-	append_xact_hold_names(&names, lost_holds);
-	if (names.len > 0)
+	/* A ZooKeeper lock cannot outlive this backend's session. */
+	if (prepare && (has_xact_holds_in(holds) || has_xact_holds_in(lost_holds)))
 		ereport(ERROR,
-				(errcode(ERRCODE_TRANSACTION_ROLLBACK),
-				 errmsg(LOST_XACT_COMMIT_MSG),
-				 errdetail(LOST_XACT_DETAIL, names.data),
-				 errhint(LOST_XACT_COMMIT_HINT)));
-	pfree(names.data);
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot PREPARE a transaction that holds transaction-level zklocks"),
+				 errhint("Use session-level zklocks, released with zk_unlock(), around two-phase transactions.")));
+	if (has_xact_holds_in(holds) || (session_too && !is_empty()))
+		confirm_holds(session_too);
+	if (has_xact_holds_in(lost_holds) ||
+		(session_too && has_session_holds_in(lost_holds)))
+		raise_loss(true, true, session_too);
 }
 
 /* End the transaction holds taken in subid, or in any subtransaction. */
@@ -1094,76 +1234,26 @@ xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
-		case XACT_EVENT_PRE_COMMIT:
-			committing = true;
-			if (has_xact_holds_in(holds))
-				confirm_xact_holds();
-			refuse_commit_of_lost_holds();
-			committing = false;
-			break;
-		case XACT_EVENT_PRE_PREPARE:
-			/* A ZooKeeper lock cannot outlive this backend's session. */
-			if (has_xact_holds_in(holds) || has_xact_holds_in(lost_holds))
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot PREPARE a transaction that holds transaction-level zklocks"),
-						 errhint("Use session-level zklocks, released with zk_unlock(), around two-phase transactions.")));
-			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
-			committing = false;
 			end_xact_holds(InvalidSubTransactionId, true);
-			/* A loss cancel that never reached a statement is moot now. */
-			(void) zks_take_loss_cancel();
 			break;
 		default:
 			break;
 	}
 }
 
-/*
- * When the loss watchdog cancels a statement because a transaction's lock
- * was lost, say so instead of "canceling statement due to user request";
- * during COMMIT, say that the commit is refused, as it is.  The watchdog
- * runs on a thread of its own, where a query cancel is the only way to
- * interrupt the backend, so the error is PostgreSQL's cancel, reworded
- * here on its way out.
- */
-static void
-explain_loss_cancel(ErrorData *edata)
-{
-	if (edata->elevel == ERROR && edata->sqlerrcode == ERRCODE_QUERY_CANCELED &&
-		zks_take_loss_cancel())
-	{
-		char	   *names = xact_hold_names();
-
-		if (names[0] == '\0')
-			names = "(none left)";
-		if (committing)
-			edata->sqlerrcode = ERRCODE_TRANSACTION_ROLLBACK;
-		edata->message = pstrdup(committing ? LOST_XACT_COMMIT_MSG :
-								 LOST_XACT_CANCEL_MSG);
-		edata->detail = psprintf(LOST_XACT_DETAIL, names);
-		edata->hint = pstrdup(committing ? LOST_XACT_COMMIT_HINT :
-							  LOST_XACT_CANCEL_HINT);
-	}
-	if (prev_emit_log_hook)
-		prev_emit_log_hook(edata);
-}
-
 static void subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 							 SubTransactionId parentSubid, void *arg);
 
-/* Install the transaction callbacks and the loss cancel's wording. */
+/* Install the transaction callbacks that end transaction holds. */
 void
 zkh_register_callbacks(void)
 {
 	RegisterXactCallback(xact_callback, NULL);
 	RegisterSubXactCallback(subxact_callback, NULL);
-	prev_emit_log_hook = emit_log_hook;
-	emit_log_hook = explain_loss_cancel;
 }
 
 static void

@@ -12,6 +12,7 @@
 
 #include "datatype/timestamp.h"
 
+#include "zk_compat.h"
 #include "zk_recipe.h"
 
 /* One row of zk_locks: a lock, mode and scope this backend holds. */
@@ -31,6 +32,10 @@ typedef struct ZkHoldRow
 extern void zkh_define_settings(void);
 extern void zkh_register_callbacks(void);
 extern void zkh_check_session(void);
+extern void zkh_check_commit(bool wrote, bool prepare);
+pg_noreturn extern void zkh_raise_loss_cancel(void);
+extern bool zkh_any(void);
+extern int	zkh_unacknowledged_losses(void);
 extern bool zkh_add_if_held(const char *parent, bool shared, bool xact);
 extern ZkrResult zkh_acquire(const char *parent, const char *name,
 							 bool shared, bool xact, const char *data,

@@ -263,7 +263,7 @@ read_queue(const char *parent, bool semaphore, TimestampTz deadline, Queue *q)
 	}
 	q->n = kept;
 	if (!(semaphore ? zkq_slot_describe : zkq_describe) (q->entries, q->n,
-														 zkq_needs_czxid(q->entries, q->n),
+														 true,
 														 q->order, q->holds))
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
@@ -429,7 +429,7 @@ zk_blockers(PG_FUNCTION_ARGS)
 		blockers = palloc(Max(q.n, 1) * sizeof(int));
 		if (own >= 0)
 			nblockers = zkq_blockers(q.entries, q.n, own,
-									 zkq_needs_czxid(q.entries, q.n),
+									 true,
 									 blockers);
 		if (nblockers < 0)
 			ereport(ERROR,
@@ -515,8 +515,8 @@ Datum
 zk_status(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
-	Datum		values[13];
-	bool		nulls[13] = {0};
+	Datum		values[14];
+	bool		nulls[14] = {0};
 	const char *server = zks_is_open() ? zks_current_server() : NULL;
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
@@ -535,14 +535,15 @@ zk_status(PG_FUNCTION_ARGS)
 	else
 		nulls[2] = nulls[3] = true;
 	values[4] = Int32GetDatum(zkh_held_count());
-	values[5] = Int64GetDatum(zksh_backend_count(ZKSH_ACQUISITIONS));
-	values[6] = Int64GetDatum(zksh_backend_count(ZKSH_WAITS));
-	values[7] = Float8GetDatum(zksh_backend_count(ZKSH_WAIT_TIME_US) / 1000.0);
-	values[8] = Int64GetDatum(zksh_backend_count(ZKSH_TIMEOUTS));
-	values[9] = Int64GetDatum(zksh_backend_count(ZKSH_CANCELLATIONS));
-	values[10] = Int64GetDatum(zkh_losses());
-	values[11] = Int64GetDatum(zksh_backend_count(ZKSH_DEADLOCKS));
-	values[12] = BoolGetDatum(zks_uses_tls());
+	values[5] = Int32GetDatum(zkh_unacknowledged_losses());
+	values[6] = Int64GetDatum(zksh_backend_count(ZKSH_ACQUISITIONS));
+	values[7] = Int64GetDatum(zksh_backend_count(ZKSH_WAITS));
+	values[8] = Float8GetDatum(zksh_backend_count(ZKSH_WAIT_TIME_US) / 1000.0);
+	values[9] = Int64GetDatum(zksh_backend_count(ZKSH_TIMEOUTS));
+	values[10] = Int64GetDatum(zksh_backend_count(ZKSH_CANCELLATIONS));
+	values[11] = Int64GetDatum(zkh_losses());
+	values[12] = Int64GetDatum(zksh_backend_count(ZKSH_DEADLOCKS));
+	values[13] = BoolGetDatum(zks_uses_tls());
 
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

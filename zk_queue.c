@@ -5,13 +5,16 @@
  *
  * Order.  Contenders stand in the order the server created them.  Their
  * sequence numbers say so, as long as the parent's signed child counter
- * has not reached 2^31: from there on ZooKeeper hands out the same number
- * again, or negative ones, and the numbers no longer tell the order.  A
- * listing that shows a repeated or negative number is therefore ordered by
- * each node's czxid, the zxid of its creation, which the caller then reads:
- * it is global and strictly increasing, so every client that reads it
- * agrees, and a node already granted never finds a later one placed before
- * it.  (Ordering ties by name would let a newcomer whose name sorts first
+ * has not gone near 2^31: from there on ZooKeeper hands out the same number
+ * again, or negative ones, and after 2^32 creates small positive ones
+ * again, so an older node can carry a larger number than a newer one.  A
+ * listing whose parent's Stat (which the listing carries) says the counter
+ * may have gone that far, or that shows a number the server
+ * cannot have handed out in order, is therefore ordered by each node's
+ * czxid, the zxid of its creation, which the caller then reads
+ * (zkq_needs_czxid): it is global and strictly increasing, so every client
+ * that reads it agrees, and a node already granted never finds a later one
+ * placed before it.  (Ordering ties by name would let a newcomer whose name sorts first
  * join a holder.)  A child with a lock marker but no sequence number after
  * it cannot be placed: it stands ahead of everyone, as an exclusive
  * contender, so it makes others wait rather than vanish from the queue.
@@ -59,15 +62,39 @@
 #include <string.h>
 
 /*
- * Can these contenders only be ordered by czxid?  So when two carry the
- * same sequence number, or any carries a wrapped one.
+ * How many children were ever created under a parent, from its Stat as a
+ * listing carries it.  The server counts creates, and hands the count to
+ * clients as cversion = 2 * creates - numChildren (ZooKeeper's DataNode),
+ * in a 32-bit int that overflows once creates pass 2^30; the count itself
+ * never passes 2^31 - 1, where the server stops raising it.
+ */
+int64_t
+zkq_parent_creates(int32_t cversion, int32_t num_children)
+{
+	return ((int64_t) (uint32_t) cversion + (uint32_t) num_children) / 2;
+}
+
+/*
+ * Can these contenders only be ordered by czxid?  parent_creates is what
+ * zkq_parent_creates says of their parent in the same listing (-1:
+ * unknown).  The server numbers a new node with that count and then raises
+ * the count past the number; it never lowers it, even where its counter
+ * goes round.  So while the count is at most ZKQ_TRUSTED_CREATES, the
+ * counter cannot have gone round (that takes 2^31 creates, and the count
+ * would have passed the bound first and stayed there): the numbers a
+ * server handed out are distinct, below the count, and in creation order.
+ * Any other listing, or one showing a wrapped number, a repeated one, or
+ * one at or above the count (a node not numbered by the server), is
+ * ordered by czxid.
  */
 bool
-zkq_needs_czxid(const ZkqEntry *entries, int n)
+zkq_needs_czxid(const ZkqEntry *entries, int n, int64_t parent_creates)
 {
 	int			i,
 				j;
 
+	if (parent_creates < 0 || parent_creates > ZKQ_TRUSTED_CREATES)
+		return true;
 	for (i = 0; i < n; i++)
 	{
 		const ZknContender *a = &entries[i].contender;
@@ -76,6 +103,8 @@ zkq_needs_czxid(const ZkqEntry *entries, int n)
 			return true;
 		if (a->form != ZKN_SEQUENCED)
 			continue;
+		if (a->sequence >= parent_creates)
+			return true;
 		for (j = i + 1; j < n; j++)
 		{
 			const ZknContender *b = &entries[j].contender;

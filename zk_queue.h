@@ -41,7 +41,15 @@ typedef enum ZkqVerdict
 	ZKQ_NO_MEMORY
 } ZkqVerdict;
 
-extern bool zkq_needs_czxid(const ZkqEntry *entries, int n);
+/*
+ * Up to this many creates under a parent, its children's sequence numbers
+ * are in creation order (zkq_needs_czxid).
+ */
+#define ZKQ_TRUSTED_CREATES		(1 << 30)
+
+extern int64_t zkq_parent_creates(int32_t cversion, int32_t num_children);
+extern bool zkq_needs_czxid(const ZkqEntry *entries, int n,
+							int64_t parent_creates);
 extern ZkqVerdict zkq_decide(const ZkqEntry *entries, int n, int own,
 							 bool by_czxid, int *watch);
 extern int	zkq_blockers(const ZkqEntry *entries, int n, int own,

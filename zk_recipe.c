@@ -421,7 +421,8 @@ report_node_gone(Acquisition *acq)
 
 /*
  * Read the contenders of the listing into entries, deleting stray nodes of
- * this acquisition on the way.
+ * this acquisition on the way, and leaving out the nodes this session is
+ * deleting (zks_deleting).
  */
 static int
 parse_listing(Acquisition *acq, ZkqEntry *entries)
@@ -434,7 +435,8 @@ parse_listing(Acquisition *acq, ZkqEntry *entries)
 		const char *child = acq->list->children[i];
 		ZkqEntry   *e = &entries[n];
 
-		if (parse_child(acq, child, &e->contender) == ZKN_NOT_CONTENDER)
+		if (parse_child(acq, child, &e->contender) == ZKN_NOT_CONTENDER ||
+			zks_deleting(acq->parent, child))
 			continue;
 		if (is_ours(acq, child) &&
 			strcmp(child, basename_of(acq->node->path)) != 0)
@@ -541,7 +543,9 @@ decide(Acquisition *acq, ZkqVerdict *verdict, char ***watches, int *nwatch,
 		elog(ERROR, "zklock created a node with an unexpected name: \"%s\"",
 			 acq->node->path);
 
-	by_czxid = zkq_needs_czxid(entries, n);
+	by_czxid = zkq_needs_czxid(entries, n,
+							   zkq_parent_creates(acq->list->stat.cversion,
+												  acq->list->stat.numChildren));
 	if (by_czxid)
 	{
 		reading = read_czxids(acq, entries, &n, own);
@@ -755,15 +759,14 @@ wait_in_queue(Acquisition *acq, bool wait)
 		{
 			/* Our old node goes the way of any given up; a new attempt. */
 			acq->waited = true;
-			zkd_withdraw(&acq->published);
 			acq->deadlock_check_at = 0;
-			if (!zks_delete_later(acq->node->path))
+			if (!zkd_withdraw(&acq->published) ||
+				!zks_delete_later(acq->node->path) ||
+				(acq->reply_lost && !zks_sweep_later(acq->parent, acq->guid)))
 				ereport(ERROR,
 						(errcode(ERRCODE_OUT_OF_MEMORY),
 						 errmsg("out of memory")));
 			acq->node->path[0] = '\0';
-			if (acq->reply_lost)
-				zks_sweep_later(acq->parent, acq->guid);
 			acq->reply_lost = false;
 			new_attempt(acq, NULL);
 			if (!create_node(acq))
@@ -822,10 +825,18 @@ wait_in_queue(Acquisition *acq, bool wait)
 	}
 }
 
-/* Give up: hand every node this acquisition may have made to the janitor. */
+/*
+ * Give up: hand every node this acquisition may have made to the janitor.
+ * Never raises an ERROR (it runs while one is on its way out).  Should the
+ * janitor be unable to take a node (out of memory), the session is closed,
+ * which deletes every node it made: a node left behind would hold the lock
+ * for nobody.  The hold table then finds the session closed under its
+ * holds and reports them lost.
+ */
 static void
 abandon(Acquisition *acq)
 {
+	bool		recorded;
 	int			i;
 
 	if (acq->create)
@@ -837,17 +848,18 @@ abandon(Acquisition *acq)
 	zks_cancel_listing();
 	for (i = 0; i < acq->npath_creates; i++)
 		release_request(&acq->path_creates[i]);
-	zkd_withdraw(&acq->published);
+	recorded = zkd_withdraw(&acq->published);
 	unwatch_all(acq);
 
-	if (acq->node->path[0] != '\0' && !zks_delete_later(acq->node->path))
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
+	if (acq->node->path[0] != '\0')
+		recorded &= zks_delete_later(acq->node->path);
 	if (acq->reply_lost)
-		zks_sweep_later(acq->parent, acq->guid);
+		recorded &= zks_sweep_later(acq->parent, acq->guid);
 	acq->node->path[0] = '\0';
-	zkr_wait_released();
+	if (recorded)
+		zkr_wait_released();
+	else
+		zks_close();
 }
 
 /*
@@ -883,7 +895,10 @@ zkr_acquire(const char *parent, bool shared, int slots,
 	{
 		if (create_node(acq) && wait_in_queue(acq, wait))
 		{
-			zkd_withdraw(&acq->published);
+			if (!zkd_withdraw(&acq->published))
+				ereport(ERROR,
+						(errcode(ERRCODE_OUT_OF_MEMORY),
+						 errmsg("out of memory")));
 			zks_keep_node(node->path);
 			result = ZKR_GRANTED;
 		}

@@ -144,9 +144,10 @@ static ZkRequest *listing_sent = NULL;
 /*
  * The loss watchdog: a plain thread that keeps the contact clock going and
  * notices when the session has gone unheard for its timeout (no library
- * event says so) or has expired, and then, if a transaction holds zklocks,
- * cancels the running statement with SIGINT so the work under the lock
- * stops at once.  Also protected by zks_mutex.
+ * event says so) or has expired, and then, if holds that guard commits
+ * exist and a statement runs, cancels that statement with SIGINT so the
+ * work under the lock stops at once (see below, and zk_guard.c).  Also
+ * protected by zks_mutex.
  */
 static pthread_cond_t watchdog_cond;
 static pthread_t watchdog_thread;
@@ -158,7 +159,18 @@ static int	closers_running = 0;
 static pthread_cond_t closers_done = PTHREAD_COND_INITIALIZER;
 static bool loss_acted_on = false;
 static bool declared_lost = false;	/* sticky until a new handle is opened */
+
+/*
+ * Whether the watchdog may cancel the running statement on a loss: only
+ * while holds that a loss must stop exist (the hold table says), a
+ * statement runs inside the statement guard's hooks (zk_guard.c), and the
+ * transaction is not committing, since the commit checks decide then.  A
+ * cancel sent is flagged until the backend takes it (zks_take_loss_cancel,
+ * take_back_loss_cancel).  These belong to the backend, not to a handle.
+ */
 static bool cancel_on_loss = false;
+static bool statement_running = false;
+static bool committing = false;
 static bool loss_cancel_sent = false;
 
 /* Backend-only state. */
@@ -503,11 +515,15 @@ data_done(int rc, const char *value, int value_len, const struct Stat *stat,
 	stat_done(rc, stat, data);
 }
 
+/* A listing: the children, and the parent's Stat (its cversion orders them). */
 static void
-children_done(int rc, const struct String_vector *strings, const void *data)
+children_done(int rc, const struct String_vector *strings,
+			  const struct Stat *stat, const void *data)
 {
 	ZkRequest  *req = (ZkRequest *) data;
 
+	if (rc == ZOK && stat)
+		req->stat = *stat;
 	if (rc == ZOK && strings && strings->count > 0)
 	{
 		int			i;
@@ -573,7 +589,7 @@ zks_get_children(const char *path)
 	ZkRequest  *req = request_new(false);
 
 	return request_queued(req,
-						  zoo_aget_children(zks_zh, path, 0, children_done, req),
+						  zoo_aget_children2(zks_zh, path, 0, children_done, req),
 						  ZKS_LIST, path);
 }
 
@@ -589,7 +605,7 @@ zks_get_children_synced(const char *path)
 	int			rc = send_sync(zks_zh, path);
 
 	if (rc == ZOK)
-		rc = zoo_aget_children(zks_zh, path, 0, children_done, req);
+		rc = zoo_aget_children2(zks_zh, path, 0, children_done, req);
 	return request_queued(req, rc, ZKS_LIST, path);
 }
 
@@ -721,8 +737,8 @@ send_claimed_listing(zhandle_t *handle, PendingListing *claimed)
 	int			rc;
 
 	clock_gettime(CLOCK_MONOTONIC, &claimed->listing->sent_at);
-	rc = zoo_aget_children(handle, claimed->parent, 0, children_done,
-						   claimed->listing);
+	rc = zoo_aget_children2(handle, claimed->parent, 0, children_done,
+							claimed->listing);
 
 	/*
 	 * Refused outright, no completion comes; after ZMARSHALLINGERROR one
@@ -988,6 +1004,66 @@ zks_set_cancel_on_loss(bool cancel)
 }
 
 /*
+ * A loss cancel was sent, but the backend has stopped being cancellable by
+ * one: take the SIGINT back, so that it cannot surface later as
+ * PostgreSQL's own "canceling statement due to user request".  The
+ * watchdog sent it while holding zks_mutex, before the backend, which took
+ * the mutex after it, got here; the signal can only go to this thread
+ * (every other one blocks it), and a pending signal is delivered as a
+ * system call returns.  So after one short sleep the cancel is either
+ * pending, and cleared here, or was already turned into an ERROR.
+ */
+static void
+take_back_loss_cancel(void)
+{
+	pg_usleep(1000L);
+	QueryCancelPending = false;
+}
+
+/*
+ * The backend starts (true) or ends (false) a statement that a loss may
+ * cancel.  Ending one returns whether a loss cancel was sent for it that
+ * did not reach it: the caller raises the loss's error instead.
+ */
+bool
+zks_set_running(bool running)
+{
+	bool		sent;
+
+	pthread_mutex_lock(&zks_mutex);
+	statement_running = running;
+	sent = !running && loss_cancel_sent;
+	if (sent)
+		loss_cancel_sent = false;
+	pthread_mutex_unlock(&zks_mutex);
+	if (sent)
+		take_back_loss_cancel();
+	return sent;
+}
+
+/*
+ * The transaction starts (true) or has ended (false) its commit checks; no
+ * loss cancel is sent meanwhile.  Starting returns whether one was sent
+ * before and did not reach a statement: the commit checks then find the
+ * session lost.
+ */
+bool
+zks_set_committing(bool is_committing)
+{
+	bool		sent;
+
+	pthread_mutex_lock(&zks_mutex);
+	committing = is_committing;
+	sent = is_committing && loss_cancel_sent;
+	if (sent)
+		loss_cancel_sent = false;
+	pthread_mutex_unlock(&zks_mutex);
+	if (sent)
+		take_back_loss_cancel();
+	return sent;
+}
+
+/*
  * Was the last query cancel sent by the watchdog because of a loss?  Clears
  * the answer.  Called from the backend only.
  */
@@ -1090,8 +1166,9 @@ watchdog_main(void *arg)
 			{
 				loss_acted_on = true;
 				janitor_release_held_locked();
-				if (cancel_on_loss)
+				if (cancel_on_loss && statement_running && !committing)
 				{
+					/* Sent under the mutex: see take_back_loss_cancel. */
 					loss_cancel_sent = true;
 					kill(getpid(), SIGINT);
 				}
@@ -1213,7 +1290,10 @@ zks_confirm_contact(void)
 /*
  * The backend's wait: until ready(arg) holds, or the deadline passes
  * (false).  A wait that watches the session raises an ERROR once it is
- * lost, and wakes at least once a second to notice one cut off too long.
+ * lost, and wakes at least once a second to notice one cut off too long;
+ * it looks at the session before it services interrupts, so a loss that
+ * the watchdog also answers with a cancel ends the wait with the loss's
+ * own ERROR.
  */
 static bool
 await_until(bool (*ready) (const void *arg), const void *arg,
@@ -1225,6 +1305,7 @@ await_until(bool (*ready) (const void *arg), const void *arg,
 
 		if (watch_session)
 			check_session_alive();
+		CHECK_FOR_INTERRUPTS();
 		if (ready(arg))
 			return true;
 		timeout = ms_until(deadline);
@@ -1232,7 +1313,7 @@ await_until(bool (*ready) (const void *arg), const void *arg,
 			return false;
 		if (watch_session && (timeout < 0 || timeout > SESSION_CHECK_MS))
 			timeout = SESSION_CHECK_MS;
-		sleep_for(wait_event, timeout, true);
+		sleep_for(wait_event, timeout, false);
 	}
 }
 
@@ -2059,7 +2140,6 @@ open_handle(TimestampTz deadline)
 	ever_connected = false;
 	loss_acted_on = false;
 	declared_lost = false;
-	loss_cancel_sent = false;
 	heartbeat_in_flight = false;
 	memset(&last_heartbeat, 0, sizeof(last_heartbeat));
 	memset(&last_heard, 0, sizeof(last_heard));
@@ -2720,6 +2800,37 @@ zks_delete_later(const char *path)
 }
 
 /*
+ * Is this child of parent a node this session gave up and is deleting (a
+ * delete, or a sweep of its uuid, not yet confirmed)?  After a reconnect
+ * the library may send a new create before the janitor re-sends such a
+ * delete, so a new acquisition can list one of them ahead of its own node:
+ * it is ours and on its way out, and must not make us wait for ourselves.
+ */
+bool
+zks_deleting(const char *parent, const char *child)
+{
+	size_t		parent_len = strlen(parent);
+	JanitorTask *task;
+	bool		found = false;
+
+	pthread_mutex_lock(&zks_mutex);
+	for (task = janitor_tasks; task && !found; task = task->next)
+	{
+		if (task->held)
+			continue;
+		if (task->sweep)
+			found = strcmp(task->path, parent) == 0 &&
+				zkn_has_guid(child, task->guid);
+		else
+			found = strncmp(task->path, parent, parent_len) == 0 &&
+				task->path[parent_len] == '/' &&
+				strcmp(task->path + parent_len + 1, child) == 0;
+	}
+	pthread_mutex_unlock(&zks_mutex);
+	return found;
+}
+
+/*
  * Queue every delete that is waiting for a reconnect before whatever the
  * caller sends next: one session's requests are applied in order, so an
  * acquire that follows a release in the same backend is ordered after it.
@@ -2730,16 +2841,22 @@ zks_send_pending_deletes(void)
 	janitor_kick(zks_zh);
 }
 
-/* Delete every child of parent made with this guid for this mode, likewise. */
-void
+/*
+ * Delete every child of parent made with this guid for this mode, likewise;
+ * false if the task could not be recorded (out of memory).
+ */
+bool
 zks_sweep_later(const char *parent, const char *guid)
 {
-	JanitorTask *task = janitor_new_task_or_error(true, parent, guid);
+	JanitorTask *task = janitor_new_task(true, parent, guid);
 
+	if (task == NULL)
+		return false;
 	pthread_mutex_lock(&zks_mutex);
 	janitor_push_locked(task);
 	pthread_mutex_unlock(&zks_mutex);
 	janitor_kick(zks_zh);
+	return true;
 }
 
 /* The session is declared lost: every held node is to go if it comes back. */

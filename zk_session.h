@@ -33,7 +33,7 @@ typedef struct ZkRequest
 	bool		late_done;		/* ... and has now */
 	int			rc;
 	char	   *path;			/* create: the node created */
-	struct Stat stat;			/* create, exists */
+	struct Stat stat;			/* create, exists; a listing's parent */
 	int			nchildren;		/* get_children */
 	char	  **children;
 	char	   *data;			/* get_data */
@@ -71,6 +71,8 @@ extern bool zks_wait_while_unsure(void);
 extern bool zks_confirm_contact(void);
 extern uint64 zks_connection_count(void);
 extern void zks_set_cancel_on_loss(bool cancel);
+extern bool zks_set_running(bool running);
+extern bool zks_set_committing(bool is_committing);
 extern bool zks_take_loss_cancel(void);
 extern bool zks_settings_changed(void);
 extern int64 zks_session_id(void);
@@ -113,7 +115,8 @@ extern bool zks_await_connected(TimestampTz deadline);
 extern void zks_keep_node(const char *path);
 extern bool zks_delete_later(const char *path);
 extern void zks_send_pending_deletes(void);
-extern void zks_sweep_later(const char *parent, const char *guid);
+extern bool zks_deleting(const char *parent, const char *child);
+extern bool zks_sweep_later(const char *parent, const char *guid);
 extern void zks_settle(int timeout_ms);
 extern bool zks_janitor_failed(void);
 

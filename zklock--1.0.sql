@@ -286,6 +286,7 @@ CREATE FUNCTION zk_status(
     OUT session_id text,
     OUT session_timeout_ms integer,
     OUT locks_held integer,
+    OUT locks_lost integer,
     OUT acquisitions bigint,
     OUT waits bigint,
     OUT wait_time_ms double precision,

@@ -44,6 +44,7 @@
 
 #include "zk_args.h"
 #include "zk_deadlock.h"
+#include "zk_guard.h"
 #include "zk_holds.h"
 #include "zk_session.h"
 #include "zk_shared.h"
@@ -82,6 +83,7 @@ _PG_init(void)
 	MarkGUCPrefixReserved("zklock");
 	zksh_request_shmem();
 	zkh_register_callbacks();
+	zkg_install();
 }
 
 /* Append s, in the database encoding, as a JSON string in UTF-8. */
@@ -419,6 +421,16 @@ zk_lock_token(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(token);
 }
 
+pg_noreturn static void
+raise_multi_lock_loss(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_CONNECTION_FAILURE),
+			 errmsg("zklock lost its ZooKeeper session while taking several locks"),
+			 errdetail("None of the locks of this call is held."),
+			 errhint("Call it again to take them all.")));
+}
+
 /*
  * Take every lock of the text[] argument 0, or none: all within timeout_ms
  * (the whole call's), in the canonical order (zk_args.c).  A name not
@@ -436,6 +448,7 @@ acquire_all(FunctionCallInfo fcinfo, HoldScope scope, int64 timeout_ms)
 									Min(timeout_ms, MAX_TIMEOUT_MS)) : 0;
 	volatile int taken = 0;
 	int64		losses;
+	MemoryContext context = CurrentMemoryContext;
 	int			i;
 
 	/* Holds lost before the call are no concern of it. */
@@ -447,9 +460,18 @@ acquire_all(FunctionCallInfo fcinfo, HoldScope scope, int64 timeout_ms)
 		{
 			int64		left = timeout_ms;
 
+			/*
+			 * A timed call past its deadline has failed: trying the rest
+			 * once (a timeout of 0) could still succeed, or fail with an
+			 * ERROR, after the timeout.
+			 */
 			if (deadline != 0)
-				left = Max(TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
-														   deadline), 0);
+			{
+				left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+													   deadline);
+				if (left <= 0)
+					break;
+			}
 			if (!acquire_name(names[taken].parent, names[taken].name,
 							  MODE_EXCLUSIVE, 0, scope, left))
 				break;
@@ -462,19 +484,31 @@ acquire_all(FunctionCallInfo fcinfo, HoldScope scope, int64 timeout_ms)
 			 */
 			zkh_check_session();
 			if (zkh_losses() != losses)
-				ereport(ERROR,
-						(errcode(ERRCODE_CONNECTION_FAILURE),
-						 errmsg("zklock lost its ZooKeeper session while taking several locks"),
-						 errdetail("None of the locks of this call is held."),
-						 errhint("Call it again to take them all.")));
+				raise_multi_lock_loss();
 		}
 	}
 	PG_CATCH();
 	{
+		bool		lost;
+
+		MemoryContextSwitchTo(context);
 		HOLD_INTERRUPTS();
 		for (i = taken - 1; i >= 0; i--)
 			zkh_undo_hold(names[i].parent, false, xact);
 		RESUME_INTERRUPTS();
+
+		/*
+		 * Whatever ended the wait when the session was lost (the loss
+		 * itself, or the watchdog's cancel), the call failed for the loss.
+		 */
+		lost = zks_is_lost() || zkh_losses() != losses;
+		if (lost && geterrcode() == ERRCODE_QUERY_CANCELED)
+			(void) zks_take_loss_cancel();
+		if (lost)
+		{
+			FlushErrorState();
+			raise_multi_lock_loss();
+		}
 		PG_RE_THROW();
 	}
 	PG_END_TRY();

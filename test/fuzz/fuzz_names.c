@@ -121,6 +121,7 @@ check_queue(char *text)
 	char	   *line;
 	char	   *save = NULL;
 	bool		by_czxid;
+	int64_t		creates;
 	int			i,
 				j;
 
@@ -139,7 +140,13 @@ check_queue(char *text)
 		entries[n].czxid = n + 1;
 		n++;
 	}
-	by_czxid = zkq_needs_czxid(entries, n);
+	/* The count of creates a server would report for these numbers. */
+	creates = 0;
+	for (i = 0; i < n; i++)
+		if (entries[i].contender.form == ZKN_SEQUENCED &&
+			entries[i].contender.sequence >= creates)
+			creates = (int64_t) entries[i].contender.sequence + 1;
+	by_czxid = zkq_needs_czxid(entries, n, creates);
 	assert(zkq_describe(entries, n, by_czxid, order, holds));
 	for (i = 0; i < n; i++)
 		for (j = 0; j < n; j++)

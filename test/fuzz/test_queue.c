@@ -71,12 +71,17 @@ test_parse(void)
 	}
 }
 
-/* A listing from a string of "name czxid" lines, in listing order. */
+/*
+ * A listing from a string of "name czxid" lines, in listing order, and how
+ * many creates its parent saw (zkq_parent_creates): by default one past the
+ * largest sequence number, as while the counter is far from going round.
+ */
 typedef struct Listing
 {
 	ZkqEntry	entries[16];
 	char		names[16][128];
 	int			n;
+	int64_t		creates;
 } Listing;
 
 static void
@@ -96,6 +101,11 @@ make_listing(Listing *l, const char *const *lines)
 			abort();
 		l->n++;
 	}
+	l->creates = 0;
+	for (int i = 0; i < l->n; i++)
+		if (l->entries[i].contender.form == ZKN_SEQUENCED &&
+			l->entries[i].contender.sequence >= l->creates)
+			l->creates = (int64_t) l->entries[i].contender.sequence + 1;
 }
 
 static int
@@ -116,7 +126,7 @@ verdict(const Listing *l, const char *own)
 	int			watch = -1;
 
 	switch (zkq_decide(l->entries, l->n, find(l, own),
-					   zkq_needs_czxid(l->entries, l->n), &watch))
+					   zkq_needs_czxid(l->entries, l->n, l->creates), &watch))
 	{
 		case ZKQ_HOLDS:
 			return "holds";
@@ -150,7 +160,7 @@ holders(const Listing *l)
 	int			n = 0;
 	int			i;
 
-	if (!zkq_describe(l->entries, l->n, zkq_needs_czxid(l->entries, l->n),
+	if (!zkq_describe(l->entries, l->n, zkq_needs_czxid(l->entries, l->n, l->creates),
 					  order, holds))
 		abort();
 	for (i = 0; i < l->n; i++)
@@ -269,7 +279,8 @@ test_queue(void)
 	 */
 	make_listing(&l, (const char *const[]) {
 		"h-lock-2147483647 100", "n-lock-2147483647 200", NULL});
-	CHECK(zkq_needs_czxid(l.entries, l.n), "a tie needs czxids");
+	l.creates = 2147483647;
+	CHECK(zkq_needs_czxid(l.entries, l.n, l.creates), "a tie needs czxids");
 	expect(&l, "n", "h", "a tied newcomer waits for the holder");
 	expect(&l, "h", "holds", "the tied holder holds");
 	CHECK(holders(&l) == 1, "exactly one of two tied writers holds");
@@ -281,6 +292,45 @@ test_queue(void)
 	expect(&l, "w", "t", "a wrapped node waits in creation order");
 	expect(&l, "h", "holds", "the first before the wrap holds");
 	CHECK(holders(&l) == 1, "one holder across the wrap");
+
+	/*
+	 * The counter went all the way round: h took 5 long ago, t took 3
+	 * after 2^32 creates.  The server's count of creates stays at 2^31 - 1
+	 * once it gets there, so the listing says the numbers cannot be
+	 * trusted, and t waits for h.
+	 */
+	make_listing(&l, (const char *const[]) {
+		"h-lock-0000000005 100", "t-lock-0000000003 200", NULL});
+	l.creates = 2147483647;
+	CHECK(zkq_needs_czxid(l.entries, l.n, l.creates),
+		  "a counter that may have gone round needs czxids");
+	expect(&l, "t", "h", "a newcomer after the counter went round waits");
+	expect(&l, "h", "holds", "the old holder keeps holding");
+	CHECK(holders(&l) == 1, "one holder across the full turn");
+	l.creates = ZKQ_TRUSTED_CREATES + 1;
+	CHECK(zkq_needs_czxid(l.entries, l.n, l.creates),
+		  "a child version past the bound needs czxids");
+	l.creates = 4;
+	CHECK(zkq_needs_czxid(l.entries, l.n, l.creates),
+		  "a number at or above the child version needs czxids");
+	l.creates = -1;
+	CHECK(zkq_needs_czxid(l.entries, l.n, l.creates),
+		  "an unknown child version needs czxids");
+
+	/* The count of creates, from the cversion that counts deletes too. */
+	CHECK(zkq_parent_creates(10, 0) == 5, "5 creates and 5 deletes");
+	CHECK(zkq_parent_creates(7, 3) == 5, "5 creates, 3 children left");
+	CHECK(zkq_parent_creates(-3, 1) == 2147483647,
+		  "a cversion that overflowed: 2^31 - 1 creates, 1 child left");
+
+	/* Far from the bound, sequence numbers alone order the queue. */
+	make_listing(&l, (const char *const[]) {
+		"h-lock-0000000005 100", "t-lock-0000000007 200", NULL});
+	CHECK(!zkq_needs_czxid(l.entries, l.n, l.creates),
+		  "a young counter's numbers are trusted");
+	l.creates = ZKQ_TRUSTED_CREATES;
+	CHECK(!zkq_needs_czxid(l.entries, l.n, l.creates),
+		  "up to the bound itself");
 
 	/* An unplaceable contender stands ahead of everyone, exclusive. */
 	make_listing(&l, (const char *const[]) {
@@ -315,8 +365,13 @@ test_queue(void)
  * waits form a cycle through a one-node client (two-node clients that both
  * upgrade wait for each other, as advisory locks do: that alone is not
  * counted).  A two-node client's first node waits, while its second does,
- * for the second.  Not modelled: reads that lag the latest state, requeues
- * as two separate steps, peers' own rules, czxid order.
+ * for the second.  Every case runs four times: with sequence numbers far
+ * from the counter's turn, with numbers that cross into the negatives or
+ * through zero again, and with small numbers out of creation order, as
+ * after the counter went all the way round between creates; each time
+ * with the count of creates the server would report.  Not modelled: reads
+ * that lag the latest state, requeues as two separate steps, peers' own
+ * rules.
  */
 #define MC_MAX		6
 #define MC_FIRED	6			/* the node it watched went */
@@ -348,6 +403,25 @@ static unsigned mc_epochs[MC_SLOTS];
 static unsigned mc_epoch = 0;
 static long mc_states = 0;
 static int	mc_violations = 0;
+
+/*
+ * Sequence numbers: creation rank + mc_offset as a signed 32-bit counter,
+ * or with mc_scrambled small positive numbers out of creation order, as
+ * when the counter went all the way round between creates.
+ */
+static uint32_t mc_offset = 0;
+static bool mc_scrambled = false;
+static int64_t mc_creates = 0;
+
+static int32_t
+mc_sequence(int rank)
+{
+	static const int32_t scrambled[] = {0, 5, 3, 9, 1, 7, 2, 8, 4, 6};
+
+	if (mc_scrambled && rank >= 0 && rank < 10)
+		return scrambled[rank];
+	return (int32_t) ((uint32_t) rank + mc_offset);
+}
 
 static bool
 mc_live(const McNode *node)
@@ -422,7 +496,7 @@ mc_listing(const McCase *c, ZkqEntry *entries, char names[][96], int *index)
 		snprintf(names[m], 96,
 				 "_c_%08x-0000-4000-8000-%06x%06x-%slock-%010d",
 				 node->client, i, node->attempt,
-				 node->shared ? "read-" : "", node->rank);
+				 node->shared ? "read-" : "", mc_sequence(node->rank));
 		entries[m].name = names[m];
 		entries[m].czxid = node->rank;
 		zkn_parse_contender(names[m], &entries[m].contender);
@@ -459,7 +533,8 @@ mc_evaluate_node(McCase *c, int i)
 	for (k = 0; k < m; k++)
 		if (index[k] == i)
 			own = k;
-	switch (zkq_decide(entries, m, own, false, &watch))
+	switch (zkq_decide(entries, m, own,
+					   zkq_needs_czxid(entries, m, mc_creates), &watch))
 	{
 		case ZKQ_HOLDS:
 			c->nodes[i].holds = true;
@@ -753,12 +828,31 @@ mc_cases(int twos, int n)
 static void
 test_model(void)
 {
+	static const struct
+	{
+		uint32_t	offset;
+		bool		scrambled;
+		int64_t		creates;
+	}			turns[] =
+	{
+		{0, false, 1 << 20},	/* far from the turn: numbers trusted */
+		{2147483647u - 3, false, 2147483647},	/* into the negatives */
+		{4294967295u - 3, false, 2147483647},	/* through zero again */
+		{0, true, 2147483647},	/* all the way round, out of order */
+	};
+	size_t		t;
 	int			n;
 
-	for (n = 2; n <= MC_MAX; n++)
-		mc_cases(1, n);
-	for (n = 4; n <= MC_MAX; n++)
-		mc_cases(2, n);
+	for (t = 0; t < sizeof(turns) / sizeof(turns[0]); t++)
+	{
+		mc_offset = turns[t].offset;
+		mc_scrambled = turns[t].scrambled;
+		mc_creates = turns[t].creates;
+		for (n = 2; n <= MC_MAX; n++)
+			mc_cases(1, n);
+		for (n = 4; n <= MC_MAX; n++)
+			mc_cases(2, n);
+	}
 	printf("model: %ld states explored\n", mc_states);
 }
 

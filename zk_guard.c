@@ -1,0 +1,348 @@
+/*-------------------------------------------------------------------------
+ *
+ * zk_guard.c
+ *	  The statement guard: what zklock does around every statement and
+ *	  every commit so that work done under a lock this backend no longer
+ *	  holds never commits.
+ *
+ * Cancelling.  When the session is lost while a statement runs, the loss
+ * watchdog (zk_session.c) cancels it.  The watchdog is a thread of its own,
+ * and PostgreSQL gives such a thread one way to stop the backend: SIGINT,
+ * its query cancel, which ends the statement with "canceling statement
+ * due to user request".  So the executor and utility hooks here wrap every
+ * statement: while one runs, the watchdog may cancel it, and the cancel
+ * that comes out of it is caught and raised again in zklock's words
+ * (zkh_raise_loss_cancel).  A cancel sent just as the statement ends, too
+ * late to interrupt it, is taken back and raised as the statement ends.
+ * Outside a statement (idle, parsing, a transaction statement, the commit
+ * itself) the watchdog sends nothing, so a COMMIT always fails the same
+ * way, from the commit checks, however the loss and the COMMIT interleave.
+ *
+ * Committing.  The commit checks (zkh_check_commit) need to know whether
+ * the transaction wrote: it has an xid, or it ran INSERT, UPDATE, DELETE
+ * or MERGE (on any table, foreign ones included), COPY FROM or NOTIFY.
+ * They run where a commit begins, ahead of other extensions' pre-commit
+ * work wherever PostgreSQL lets an extension in first: at a COMMIT, END or
+ * PREPARE TRANSACTION statement, and as a statement that runs in a
+ * transaction of its own ends; then again in the pre-commit callback,
+ * which every commit passes (a procedure's COMMIT, a multi-statement
+ * query's end), but after the callbacks of extensions registered later
+ * (postgres_fdw commits its remote transactions in one).  From the first
+ * check to the transaction's end no loss cancel is sent.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "executor/executor.h"
+#include "nodes/parsenodes.h"
+#include "tcop/utility.h"
+
+#include "zk_guard.h"
+#include "zk_holds.h"
+#include "zk_session.h"
+
+static ExecutorStart_hook_type prev_ExecutorStart = NULL;
+static ExecutorRun_hook_type prev_ExecutorRun = NULL;
+static ExecutorFinish_hook_type prev_ExecutorFinish = NULL;
+static ProcessUtility_hook_type prev_ProcessUtility = NULL;
+
+/* Statements nested in the one running (SPI, triggers), that one included. */
+static int	statement_depth = 0;
+
+/* This transaction ran a statement that writes (see the header comment). */
+static bool transaction_wrote = false;
+
+/* This transaction's commit checks have begun. */
+static bool committing = false;
+
+/* A statement, or part of one, run inside the guard. */
+typedef void (*StatementPart) (void *arg);
+
+static void
+enter_statement(void)
+{
+	if (statement_depth++ == 0)
+		(void) zks_set_running(true);
+}
+
+/*
+ * The statement ended normally.  If the watchdog cancelled it too late to
+ * interrupt it, the loss is reported now.
+ */
+static void
+leave_statement(void)
+{
+	if (--statement_depth == 0 && zks_set_running(false))
+		zkh_raise_loss_cancel();
+}
+
+/*
+ * The statement ended in an ERROR, which the caller re-throws unless it is
+ * the watchdog's cancel, raised here anew in zklock's words.
+ */
+static void
+leave_statement_on_error(void)
+{
+	bool		loss_cancel = geterrcode() == ERRCODE_QUERY_CANCELED &&
+		zks_take_loss_cancel();
+
+	if (--statement_depth == 0)
+		(void) zks_set_running(false);
+	if (loss_cancel)
+	{
+		FlushErrorState();
+		zkh_raise_loss_cancel();
+	}
+}
+
+static void
+run_guarded(StatementPart part, void *arg)
+{
+	MemoryContext context = CurrentMemoryContext;
+
+	enter_statement();
+	PG_TRY();
+	{
+		part(arg);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(context);
+		leave_statement_on_error();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	leave_statement();
+}
+
+/*
+ * The commit checks, where a commit begins.  The first one in a
+ * transaction stops loss cancels: the checks find the loss themselves.
+ */
+static void
+check_commit(bool prepare)
+{
+	if (!zkh_any())
+		return;
+	if (!committing)
+	{
+		committing = true;
+		(void) zks_set_committing(true);
+	}
+	zkh_check_commit(transaction_wrote ||
+					 TransactionIdIsValid(GetTopTransactionIdIfAny()),
+					 prepare);
+}
+
+/* A statement that runs in a transaction of its own commits as it ends. */
+static void
+check_commit_at_statement_end(void)
+{
+	if (statement_depth == 0 && !IsTransactionBlock() && IsTransactionState())
+		check_commit(false);
+}
+
+typedef struct StartCall
+{
+	QueryDesc  *queryDesc;
+	int			eflags;
+} StartCall;
+
+static void
+start_part(void *arg)
+{
+	StartCall  *call = arg;
+
+	if (prev_ExecutorStart)
+		prev_ExecutorStart(call->queryDesc, call->eflags);
+	else
+		standard_ExecutorStart(call->queryDesc, call->eflags);
+}
+
+static void
+guard_ExecutorStart(QueryDesc *queryDesc, int eflags)
+{
+	StartCall	call = {queryDesc, eflags};
+
+	if (!(eflags & EXEC_FLAG_EXPLAIN_ONLY) &&
+		(queryDesc->operation != CMD_SELECT ||
+		 queryDesc->plannedstmt->hasModifyingCTE))
+		transaction_wrote = true;
+	run_guarded(start_part, &call);
+}
+
+typedef struct RunCall
+{
+	QueryDesc  *queryDesc;
+	ScanDirection direction;
+	uint64		count;
+#if PG_VERSION_NUM < 180000
+	bool		execute_once;
+#endif
+} RunCall;
+
+static void
+run_part(void *arg)
+{
+	RunCall    *call = arg;
+
+#if PG_VERSION_NUM >= 180000
+	if (prev_ExecutorRun)
+		prev_ExecutorRun(call->queryDesc, call->direction, call->count);
+	else
+		standard_ExecutorRun(call->queryDesc, call->direction, call->count);
+#else
+	if (prev_ExecutorRun)
+		prev_ExecutorRun(call->queryDesc, call->direction, call->count,
+						 call->execute_once);
+	else
+		standard_ExecutorRun(call->queryDesc, call->direction, call->count,
+							 call->execute_once);
+#endif
+}
+
+#if PG_VERSION_NUM >= 180000
+static void
+guard_ExecutorRun(QueryDesc *queryDesc, ScanDirection direction, uint64 count)
+{
+	RunCall		call = {queryDesc, direction, count};
+
+	run_guarded(run_part, &call);
+}
+#else
+static void
+guard_ExecutorRun(QueryDesc *queryDesc, ScanDirection direction, uint64 count,
+				  bool execute_once)
+{
+	RunCall		call = {queryDesc, direction, count, execute_once};
+
+	run_guarded(run_part, &call);
+}
+#endif
+
+static void
+finish_part(void *arg)
+{
+	QueryDesc  *queryDesc = arg;
+
+	if (prev_ExecutorFinish)
+		prev_ExecutorFinish(queryDesc);
+	else
+		standard_ExecutorFinish(queryDesc);
+}
+
+/* After its AFTER triggers, a plannable statement is done. */
+static void
+guard_ExecutorFinish(QueryDesc *queryDesc)
+{
+	run_guarded(finish_part, queryDesc);
+	check_commit_at_statement_end();
+}
+
+typedef struct UtilityCall
+{
+	PlannedStmt *pstmt;
+	const char *queryString;
+	bool		readOnlyTree;
+	ProcessUtilityContext context;
+	ParamListInfo params;
+	QueryEnvironment *queryEnv;
+	DestReceiver *dest;
+	QueryCompletion *qc;
+} UtilityCall;
+
+static void
+utility_part(void *arg)
+{
+	UtilityCall *call = arg;
+
+	if (prev_ProcessUtility)
+		prev_ProcessUtility(call->pstmt, call->queryString, call->readOnlyTree,
+							call->context, call->params, call->queryEnv,
+							call->dest, call->qc);
+	else
+		standard_ProcessUtility(call->pstmt, call->queryString,
+								call->readOnlyTree, call->context,
+								call->params, call->queryEnv, call->dest,
+								call->qc);
+}
+
+/*
+ * Transaction statements are not guarded: a COMMIT is checked, not
+ * cancelled.  The check comes after the statement has set the transaction
+ * to end, so that a refused COMMIT ends it as PostgreSQL's own failures at
+ * commit do, rather than leave it waiting for a ROLLBACK.
+ */
+static void
+guard_ProcessUtility(PlannedStmt *pstmt, const char *queryString,
+					 bool readOnlyTree, ProcessUtilityContext context,
+					 ParamListInfo params, QueryEnvironment *queryEnv,
+					 DestReceiver *dest, QueryCompletion *qc)
+{
+	Node	   *parsetree = pstmt->utilityStmt;
+	UtilityCall call = {pstmt, queryString, readOnlyTree, context, params,
+	queryEnv, dest, qc};
+
+	if (IsA(parsetree, TransactionStmt))
+	{
+		TransactionStmt *stmt = (TransactionStmt *) parsetree;
+		bool		commits = (stmt->kind == TRANS_STMT_COMMIT ||
+							   stmt->kind == TRANS_STMT_PREPARE) &&
+			IsTransactionBlock() && !IsAbortedTransactionBlockState();
+
+		utility_part(&call);
+		if (commits)
+			check_commit(stmt->kind == TRANS_STMT_PREPARE);
+		return;
+	}
+	if ((IsA(parsetree, CopyStmt) && ((CopyStmt *) parsetree)->is_from) ||
+		IsA(parsetree, NotifyStmt))
+		transaction_wrote = true;
+	run_guarded(utility_part, &call);
+	check_commit_at_statement_end();
+}
+
+static void
+guard_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			check_commit(false);
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			check_commit(true);
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			transaction_wrote = false;
+			if (committing)
+			{
+				committing = false;
+				(void) zks_set_committing(false);
+			}
+			break;
+		default:
+			break;
+	}
+}
+
+/* Install the hooks and the pre-commit callback; from _PG_init only. */
+void
+zkg_install(void)
+{
+	prev_ExecutorStart = ExecutorStart_hook;
+	ExecutorStart_hook = guard_ExecutorStart;
+	prev_ExecutorRun = ExecutorRun_hook;
+	ExecutorRun_hook = guard_ExecutorRun;
+	prev_ExecutorFinish = ExecutorFinish_hook;
+	ExecutorFinish_hook = guard_ExecutorFinish;
+	prev_ProcessUtility = ProcessUtility_hook;
+	ProcessUtility_hook = guard_ProcessUtility;
+	RegisterXactCallback(guard_xact_callback, NULL);
+}
