@@ -23,11 +23,12 @@
  * their owner's publishing), so the last member to publish sees every
  * other member's wait in place, and ZooKeeper shows a session its own
  * create, and so every earlier write, in every later read.  One check per
- * published wait is therefore enough; a check that could not finish (no
- * answer in time, or our own watch fired meanwhile) is done again after
- * another deadlock_timeout.  A node that holds, or that the queue rules
- * are about to queue again (zk_queue.c), is in no stable wait and is left
- * out: a waiter that queues again publishes its new wait anew.
+ * published wait is therefore enough, as long as it finishes: a check that
+ * could not (no answer in time, our own watch fired meanwhile, or a cycle
+ * seen but not confirmed) is done again after another deadlock_timeout.  A
+ * node that holds, or that the queue rules are about to queue again
+ * (zk_queue.c), is in no stable wait and is left out: a waiter that queues
+ * again publishes its new wait anew.
  *
  * Confirmation.  The reads of one check are not one snapshot, so a cycle
  * seen once may be made of edges that never stood at the same time.  The
@@ -36,12 +37,23 @@
  * One session's reads see ZooKeeper's state in order, so if each of those
  * nodes stood at both reads, they all stood at once between the two; and a
  * real cycle stays until one of its members gives up.  Only then does the
- * victim's wait end with "deadlock detected".
+ * victim's wait end with "deadlock detected".  A search follows the whole
+ * graph and tries every cycle back to us that it saw; if none holds when
+ * read again (a member gave up meanwhile), the graph is searched afresh, a
+ * few times, since another cycle may stand behind the broken one.
  *
  * Trust.  Only a published node that its own session made (ephemeralOwner
- * matches its name), that was never rewritten (version 0), and that names
- * a lock parent under our root and a plain contender node is followed;
- * anything else is not a member.
+ * matches its name), that was never rewritten (version 0), that names a
+ * lock parent under our root and a plain contender node, and whose
+ * contender node its session owns, is followed; anything else is not a
+ * member.  A publisher whose reply was lost adopts the node it made rather
+ * than make a younger one, so every member agrees on its age.
+ *
+ * What a member does not tell: one that gives up its wait while cut off
+ * from ZooKeeper (its session still alive) leaves its waiting node and its
+ * published wait until it reconnects or its session expires; until then a
+ * cycle through it stands in ZooKeeper, and its victim gets "deadlock
+ * detected" although that member no longer waits.
  *
  * What cannot be seen: clients other than zklock (Curator, kazoo) publish
  * nothing, so a cycle through one of them is not found; and a backend with
@@ -50,7 +62,9 @@
  * Every request made here is awaited with the checker's deadline; a check
  * that runs out of time has found nothing, and is done again later.  Each
  * queue is read once per pass, however many members wait in it; a graph of
- * more than MAX_MEMBERS waiting sessions is logged and not followed.
+ * more than ZKD_MAX_MEMBERS waiting sessions is not followed: nothing is read
+ * beyond that size, the caller logs it once and checks again ever less
+ * often.
  *
  *-------------------------------------------------------------------------
  */
@@ -73,11 +87,18 @@
 /* Set in zkd_define_settings, with its default. */
 int			zklock_deadlock_timeout;
 
+/*
+ * For the fault tests only (zk_test_support.c): a pause between finding a
+ * cycle and reading it again (see search()), and a lower ZKD_MAX_MEMBERS.
+ */
+int			zkd_test_confirm_delay_ms = 0;
+int			zkd_test_max_members = ZKD_MAX_MEMBERS;
+
 /* The published waits live under <root>/WAITS_DIR. */
 #define WAITS_DIR			"%waits"
 
-/* How many waiting sessions one check follows at most. */
-#define MAX_MEMBERS			1024
+/* How many times one check searches afresh after a cycle did not hold. */
+#define MAX_SEARCHES		3
 
 void
 zkd_define_settings(void)
@@ -129,6 +150,13 @@ typedef enum Reading
 	READ_FAILED					/* no answer in time, or the wait moved on */
 } Reading;
 
+/* A cycle back to us seen by a search: the member that waits for us. */
+typedef struct Closing
+{
+	int			member;
+	char		node[ZKN_WAIT_NODE_MAX];	/* ours it waits for */
+} Closing;
+
 typedef struct Search
 {
 	const char *root;
@@ -137,8 +165,10 @@ typedef struct Search
 	uint64		generation;		/* our watch's; when it moves, stop */
 	Member	   *members;
 	int			nmembers;
-	int			closing;		/* member waiting for a node of ours */
-	char		closing_node[ZKN_WAIT_NODE_MAX];
+	Closing    *closings;		/* cycles back to us seen in this pass */
+	int			nclosings;
+	int			closing;		/* the one confirmed: index into closings */
+	bool		too_large;		/* the graph outgrew ZKD_MAX_MEMBERS */
 	Queue	   *queues;			/* read so far in this pass */
 	int			nqueues;
 	/* Requests in flight, released together, or by the error cleanup. */
@@ -306,8 +336,9 @@ read_queue(Search *s, const char *parent)
  * be part of a deadlock.  *blockers is palloc'd.
  */
 static Reading
-read_blockers(Search *s, const ZknWait *wait, Blocker **blockers, int *count)
+read_blockers(Search *s, const Member *m, Blocker **blockers, int *count)
 {
+	const ZknWait *wait = &m->wait;
 	Queue	   *q = read_queue(s, wait->parent);
 	int		   *indexes;
 	int			own = -1;
@@ -320,7 +351,8 @@ read_blockers(Search *s, const ZknWait *wait, Blocker **blockers, int *count)
 	for (i = 0; i < q->n; i++)
 		if (strcmp(q->entries[i].name, wait->node) == 0)
 			own = i;
-	if (own < 0)
+	/* A wait published for another session's node is not a wait. */
+	if (own < 0 || q->owners[own] != m->session)
 		return READ_NOT_WAITING;
 	switch (zkq_decide(q->entries, q->n, own, true, &watch))
 	{
@@ -365,7 +397,7 @@ find_member(const Search *s, int64 session)
  * Read what the owners of blockers (waited for by member via) have
  * published, and add those that wait and published before us.  Returns
  * false if the reads did not finish, or if the graph grew past
- * MAX_MEMBERS.
+ * ZKD_MAX_MEMBERS.
  */
 static bool
 add_waiting_owners(Search *s, const Blocker *blockers, int count, int via)
@@ -387,22 +419,23 @@ add_waiting_owners(Search *s, const Blocker *blockers, int count, int via)
 			continue;
 		for (j = 0; j < nreads; j++)
 			pending |= whose[j]->owner == b->owner;
-		if (pending)
-			continue;
+		if (!pending)
+			whose[nreads++] = b;
+	}
+	/* Judged before anything is sent: a graph too large costs no reads. */
+	if (s->nmembers + nreads > zkd_test_max_members)
+	{
+		s->too_large = true;
+		return false;
+	}
+	for (i = 0; i < nreads; i++)
+	{
 		make_room(s);
-		reads[nreads] = track(s, zks_get_data(published_path(s->waits_dir,
-															 b->owner)));
-		whose[nreads++] = b;
+		reads[i] = track(s, zks_get_data(published_path(s->waits_dir,
+														whose[i]->owner)));
 	}
 	if (!await_all(s))
 		return false;
-	if (s->nmembers + nreads > MAX_MEMBERS)
-	{
-		ereport(LOG,
-				(errmsg("zklock deadlock check gave up: more than %d waiting sessions",
-						MAX_MEMBERS)));
-		return false;
-	}
 	s->members = repalloc(s->members, (s->nmembers + nreads) * sizeof(Member));
 	for (i = 0; i < nreads; i++)
 	{
@@ -438,11 +471,12 @@ typedef enum Found
 } Found;
 
 /*
- * Breadth first from us: the first cycle back to us, with s->closing the
- * member that waits for a node of ours.
+ * Breadth first from us, through the whole graph: every member that waits
+ * for a node of ours closes a cycle, back along the members that reached
+ * it; they go to s->closings.
  */
 static Found
-find_cycle(Search *s)
+find_cycles(Search *s)
 {
 	int64		self = s->members[0].session;
 	int			q;
@@ -453,7 +487,7 @@ find_cycle(Search *s)
 		int			count;
 		int			i;
 
-		switch (read_blockers(s, &s->members[q].wait, &blockers, &count))
+		switch (read_blockers(s, &s->members[q], &blockers, &count))
 		{
 			case READ_FAILED:
 				return FOUND_UNKNOWN;
@@ -466,18 +500,21 @@ find_cycle(Search *s)
 		}
 		for (i = 0; i < count; i++)
 		{
-			if (blockers[i].owner == self)
-			{
-				s->closing = q;
-				strlcpy(s->closing_node, blockers[i].node,
-						sizeof(s->closing_node));
-				return FOUND_CYCLE;
-			}
+			Closing    *c;
+
+			if (blockers[i].owner != self)
+				continue;
+			s->closings = s->closings == NULL ? palloc(sizeof(Closing)) :
+				repalloc(s->closings, (s->nclosings + 1) * sizeof(Closing));
+			c = &s->closings[s->nclosings++];
+			c->member = q;
+			strlcpy(c->node, blockers[i].node, sizeof(c->node));
+			break;
 		}
 		if (!add_waiting_owners(s, blockers, count, q))
 			return FOUND_UNKNOWN;
 	}
-	return FOUND_NONE;
+	return s->nclosings > 0 ? FOUND_CYCLE : FOUND_NONE;
 }
 
 /* Does member m still wait for node, owned by owner? */
@@ -488,7 +525,7 @@ still_waits_for(Search *s, const Member *m, const char *node, int64 owner)
 	int			count;
 	int			i;
 
-	switch (read_blockers(s, &m->wait, &blockers, &count))
+	switch (read_blockers(s, m, &blockers, &count))
 	{
 		case READ_FAILED:
 			return FOUND_UNKNOWN;
@@ -504,13 +541,15 @@ still_waits_for(Search *s, const Member *m, const char *node, int64 owner)
 }
 
 /*
- * Read the cycle again (see the header comment): every member still has
- * the same published wait, and each still waits for the node it waited for.
+ * Read the cycle closed by s->closings[s->closing] again (see the header
+ * comment): every member still has the same published wait, and each
+ * still waits for the node it waited for.
  */
 static Found
 confirm_cycle(Search *s)
 {
 	ZkRequest **reads = palloc(s->nmembers * sizeof(ZkRequest *));
+	const Closing *closing = &s->closings[s->closing];
 	Found		found;
 	int			i;
 	int			m;
@@ -518,7 +557,7 @@ confirm_cycle(Search *s)
 	/* Every queue is read anew. */
 	s->nqueues = 0;
 	release_requests(s);
-	for (m = s->closing, i = 0; m > 0; m = s->members[m].waited_for_by, i++)
+	for (m = closing->member, i = 0; m > 0; m = s->members[m].waited_for_by, i++)
 	{
 		make_room(s);
 		reads[i] = track(s, zks_exists(published_path(s->waits_dir,
@@ -526,7 +565,7 @@ confirm_cycle(Search *s)
 	}
 	if (!await_all(s))
 		return FOUND_UNKNOWN;
-	for (m = s->closing, i = 0; m > 0; m = s->members[m].waited_for_by, i++)
+	for (m = closing->member, i = 0; m > 0; m = s->members[m].waited_for_by, i++)
 	{
 		if (reads[i]->rc == ZNONODE ||
 			(reads[i]->rc == ZOK &&
@@ -538,9 +577,9 @@ confirm_cycle(Search *s)
 	}
 	release_requests(s);
 
-	found = still_waits_for(s, &s->members[s->closing], s->closing_node,
+	found = still_waits_for(s, &s->members[closing->member], closing->node,
 							s->members[0].session);
-	for (m = s->closing; m > 0 && found == FOUND_CYCLE;
+	for (m = closing->member; m > 0 && found == FOUND_CYCLE;
 		 m = s->members[m].waited_for_by)
 	{
 		const Member *waiter = &s->members[s->members[m].waited_for_by];
@@ -581,14 +620,15 @@ process_of(const ZknIdentity *id)
 static void
 report_deadlock(Search *s)
 {
-	int			path[MAX_MEMBERS];
+	int			path[ZKD_MAX_MEMBERS];
 	int			len = 0;
 	int			m;
 	int			i;
 	StringInfoData detail;
 
 	/* path[] runs against the waits: path[i] waits for path[i - 1]. */
-	for (m = s->closing; m > 0; m = s->members[m].waited_for_by)
+	for (m = s->closings[s->closing].member; m > 0;
+		 m = s->members[m].waited_for_by)
 		path[len++] = m;
 	path[len++] = 0;
 	initStringInfo(&detail);
@@ -619,7 +659,11 @@ report_deadlock(Search *s)
  * false if it did not happen in time; published->path is set as soon as a
  * node may exist, so zkd_withdraw deletes it whatever happened.  Each
  * create waits for a connection first, so the janitor's deletes of an
- * earlier attempt's node, re-sent on a reconnect, go ahead of it.
+ * earlier wait's node, re-sent on a reconnect, go ahead of it.  A node that
+ * exists already is this wait's own if it says what we would write: an
+ * earlier create whose reply was lost.  It is adopted, with its czxid;
+ * publishing anew would make this wait younger for us than for the others
+ * who read the first node, and a cycle could then have two victims.
  */
 static bool
 publish(Search *s, const char *parent, const char *node, const char *identity,
@@ -653,12 +697,25 @@ publish(Search *s, const char *parent, const char *node, const char *identity,
 		}
 		else if (req->rc == ZNODEEXISTS)
 		{
-			/*
-			 * One left by an earlier attempt whose reply was lost: delete it
-			 * first (the delete is sent ahead of the next create), so ours
-			 * carries a fresh czxid.
-			 */
-			if (!zkd_withdraw(published))
+			ZkRequest  *read;
+
+			release_requests(s);
+			make_room(s);
+			read = track(s, zks_get_data(path));
+			if (!await_all(s))
+				return false;
+			if (read->rc == ZOK &&
+				read->stat.ephemeralOwner == zks_session_id() &&
+				read->stat.version == 0 && read->data != NULL &&
+				read->datalen == (int) strlen(data) &&
+				memcmp(read->data, data, read->datalen) == 0)
+			{
+				published->czxid = read->stat.czxid;
+				return true;
+			}
+
+			/* An earlier wait's, its delete not yet done: replace it. */
+			if (read->rc == ZOK && !zkd_withdraw(published))
 				ereport(ERROR,
 						(errcode(ERRCODE_OUT_OF_MEMORY),
 						 errmsg("out of memory")));
@@ -672,13 +729,47 @@ publish(Search *s, const char *parent, const char *node, const char *identity,
 }
 
 /*
+ * Search the graph and try each cycle back to us that it shows; search
+ * afresh if none of them holds any more.
+ */
+static Found
+search(Search *s)
+{
+	int			attempt;
+
+	for (attempt = 0; attempt < MAX_SEARCHES; attempt++)
+	{
+		Found		found;
+
+		s->nmembers = 1;
+		s->nclosings = 0;
+		s->nqueues = 0;
+		found = find_cycles(s);
+		if (found != FOUND_CYCLE)
+			return found;
+		/* A test holds the window between search and confirmation open. */
+		if (zkd_test_confirm_delay_ms > 0)
+			pg_usleep(zkd_test_confirm_delay_ms * 1000L);
+		for (s->closing = 0; s->closing < s->nclosings; s->closing++)
+		{
+			found = confirm_cycle(s);
+			if (found != FOUND_NONE)
+				return found;
+		}
+	}
+	/* Cycles kept showing without holding: look again later. */
+	return FOUND_UNKNOWN;
+}
+
+/*
  * Check for a deadlock in which this backend's wait, on node_path under
  * parent, is the youngest; publish the wait first if that is not done yet.
- * Raises "deadlock detected" if there is one.  Returns false if the check
- * could not finish by the deadline, or if the watch of generation fired
- * meanwhile, so it should be done again later.
+ * Raises "deadlock detected" if there is one.  Otherwise says whether the
+ * check is done for this wait, should be done again later (it could not
+ * finish by the deadline, the watch of generation fired meanwhile, or a
+ * cycle seen did not hold), or met more waiting sessions than it follows.
  */
-bool
+ZkdResult
 zkd_check(const char *parent, const char *node_path, const char *identity,
 		  ZkdWait *published, TimestampTz deadline, uint64 generation)
 {
@@ -690,6 +781,7 @@ zkd_check(const char *parent, const char *node_path, const char *identity,
 	const char *node = strrchr(node_path, '/') + 1;
 	Member	   *self;
 	Found		found = FOUND_UNKNOWN;
+	ZkdResult	result = ZKD_AGAIN;
 
 	s->root = pnstrdup(parent, strrchr(parent, '/') - parent);
 	s->waits_dir = psprintf("%s/%s", s->root, WAITS_DIR);
@@ -709,13 +801,12 @@ zkd_check(const char *parent, const char *node_path, const char *identity,
 			strlcpy(self->wait.node, node, sizeof(self->wait.node));
 			if (!zkn_parse_identity(identity, strlen(identity), &self->wait.id))
 				memset(&self->wait.id, 0, sizeof(self->wait.id));
-			s->nmembers = 1;
-			found = find_cycle(s);
-			if (found == FOUND_CYCLE)
-				found = confirm_cycle(s);
+			found = search(s);
 		}
 		if (found == FOUND_CYCLE)
 			report_deadlock(s);
+		result = s->too_large ? ZKD_TOO_LARGE :
+			found == FOUND_UNKNOWN ? ZKD_AGAIN : ZKD_DONE;
 	}
 	PG_FINALLY();
 	{
@@ -724,7 +815,7 @@ zkd_check(const char *parent, const char *node_path, const char *identity,
 		MemoryContextDelete(check_context);
 	}
 	PG_END_TRY();
-	return found != FOUND_UNKNOWN;
+	return result;
 }
 
 /*

@@ -23,12 +23,25 @@ typedef struct ZkdWait
 	int64		czxid;			/* of the published node: its age */
 } ZkdWait;
 
+/* How many waiting sessions one check follows at most. */
+#define ZKD_MAX_MEMBERS		1024
+
 extern int	zklock_deadlock_timeout;
+extern int	zkd_test_confirm_delay_ms;
+extern int	zkd_test_max_members;
+
+/* How a deadlock check ended, if not with "deadlock detected". */
+typedef enum ZkdResult
+{
+	ZKD_DONE,					/* no deadlock of which this wait is the victim */
+	ZKD_AGAIN,					/* could not finish: check again later */
+	ZKD_TOO_LARGE				/* too many waiting sessions to follow */
+} ZkdResult;
 
 extern void zkd_define_settings(void);
-extern bool zkd_check(const char *parent, const char *node_path,
-					  const char *identity, ZkdWait *published,
-					  TimestampTz deadline, uint64 generation);
+extern ZkdResult zkd_check(const char *parent, const char *node_path,
+						   const char *identity, ZkdWait *published,
+						   TimestampTz deadline, uint64 generation);
 extern bool zkd_withdraw(ZkdWait *published);
 
 #endif							/* ZK_DEADLOCK_H */

@@ -389,7 +389,8 @@ require_shared_memory(const char *function)
  * waits for a zklock, every contender it waits for, read from the queue in
  * ZooKeeper, with who made it (host, port and pid of a zklock backend
  * anywhere; raw data for other clients) and whether it holds the lock now.
- * No rows if that backend waits for none.
+ * For a semaphore's waiter, those are the slot holders.  No rows if that
+ * backend waits for none.
  */
 Datum
 zk_blockers(PG_FUNCTION_ARGS)
@@ -428,9 +429,8 @@ zk_blockers(PG_FUNCTION_ARGS)
 				own = i;
 		blockers = palloc(Max(q.n, 1) * sizeof(int));
 		if (own >= 0)
-			nblockers = zkq_blockers(q.entries, q.n, own,
-									 true,
-									 blockers);
+			nblockers = (wait.semaphore ? zkq_slot_blockers : zkq_blockers)
+				(q.entries, q.n, own, true, blockers);
 		if (nblockers < 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_OUT_OF_MEMORY),

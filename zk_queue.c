@@ -503,6 +503,36 @@ zkq_slot_decide(const ZkqEntry *entries, int n, int own, bool by_czxid,
 	return verdict;
 }
 
+/*
+ * For showing who blocks a semaphore's waiter: the contenders holding its
+ * slots, since any of them leaving lets the queue move (the waiters ahead
+ * hold nothing).  Their indexes go to blockers (room for n); none if own
+ * holds a slot.  Returns how many, or -1 if memory ran out.
+ */
+int
+zkq_slot_blockers(const ZkqEntry *entries, int n, int own, bool by_czxid,
+				  int *blockers)
+{
+	int		   *order = creation_order(entries, n, by_czxid);
+	bool	   *holds = malloc((n > 0 ? n : 1) * sizeof(bool));
+	int			count = 0;
+	int			i;
+
+	if (order == NULL || holds == NULL)
+	{
+		free(order);
+		free(holds);
+		return -1;
+	}
+	slot_holders(entries, n, order, holds);
+	for (i = 0; i < n && !holds[own]; i++)
+		if (holds[i])
+			blockers[count++] = i;
+	free(order);
+	free(holds);
+	return count;
+}
+
 /* For showing a semaphore's queue: as zkq_describe for a lock's. */
 bool
 zkq_slot_describe(const ZkqEntry *entries, int n, bool by_czxid, int *order,

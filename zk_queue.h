@@ -59,6 +59,8 @@ extern bool zkq_describe(const ZkqEntry *entries, int n, bool by_czxid,
 extern ZkqVerdict zkq_slot_decide(const ZkqEntry *entries, int n, int own,
 								  bool by_czxid, int *watch, int *nwatch,
 								  bool *first_waiter);
+extern int	zkq_slot_blockers(const ZkqEntry *entries, int n, int own,
+							  bool by_czxid, int *blockers);
 extern bool zkq_slot_describe(const ZkqEntry *entries, int n, bool by_czxid,
 							  int *order, bool *holds);
 

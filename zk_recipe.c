@@ -62,6 +62,7 @@ typedef struct Acquisition
 	TimestampTz deadline;		/* 0: none */
 	bool		waited;			/* had to wait behind another contender */
 	TimestampTz deadlock_check_at;	/* 0: no deadlock check due */
+	int			deadlock_backoff;	/* checks put off: too many waiters */
 	ZkdWait		published;		/* our wait, once published for that check */
 	bool		timed_out;		/* the deadline passed */
 	bool		reply_lost;		/* a create may have been applied unseen */
@@ -134,6 +135,24 @@ start_deadlock_timer(Acquisition *acq)
 }
 
 /*
+ * The wait-for graph had more waiting sessions than a check follows: say
+ * so once per wait, and check again ever less often (twice the time each
+ * time, up to 64 deadlock_timeouts), since the graph may shrink.
+ */
+static void
+check_again_later(Acquisition *acq)
+{
+	if (acq->deadlock_backoff == 0)
+		ereport(LOG,
+				(errmsg("zklock deadlock check put off: the wait-for graph has more waiting sessions than it follows"),
+				 errdetail("Lock node \"%s\".", acq->node->path)));
+	acq->deadlock_backoff = Min(acq->deadlock_backoff + 1, 6);
+	acq->deadlock_check_at =
+		TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+									(int64) zklock_deadlock_timeout << acq->deadlock_backoff);
+}
+
+/*
  * Wait for the watch; on the way, once deadlock_timeout has passed, check
  * for a deadlock (zk_deadlock.c), which may end the wait with an ERROR.  A
  * check that could not finish is tried again a deadlock_timeout later.
@@ -161,11 +180,20 @@ await_watch(Acquisition *acq, uint64 generation)
 		if (acq->deadline != 0 && acq->deadline < check_deadline)
 			check_deadline = acq->deadline;
 		acq->deadlock_check_at = 0;
-		if (!zkd_check(acq->parent, acq->node->path, acq->data,
-					   &acq->published, check_deadline, generation))
-			acq->deadlock_check_at =
-				TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-											zklock_deadlock_timeout);
+		switch (zkd_check(acq->parent, acq->node->path, acq->data,
+						  &acq->published, check_deadline, generation))
+		{
+			case ZKD_DONE:
+				break;
+			case ZKD_AGAIN:
+				acq->deadlock_check_at =
+					TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												zklock_deadlock_timeout);
+				break;
+			case ZKD_TOO_LARGE:
+				check_again_later(acq);
+				break;
+		}
 	}
 }
 

@@ -19,7 +19,14 @@
  * (zksh_count, from zklock.c and the others) under the same lock, held shared, plus a
  * spinlock per name.  When a slot cannot be had (all in use, or too many
  * names tracked), what it would have shown is not shown, with one WARNING
- * per backend; a lock call never fails for it.
+ * per backend and setting; a lock call never fails for it.
+ *
+ * Every structure is sized at server start and never grows: the
+ * statistics hash is fixed-size, so it never draws on the server's spare
+ * shared memory, which the lock manager needs, and a reset returns its
+ * entries to its own free list.  Since any role may take locks, no one
+ * role may fill more than a quarter of the hold slots, so that one role
+ * cannot hide every other backend's holds.
  *
  * Names are kept in UTF-8, as ZooKeeper has them (decoded from the lock's
  * parent path), and shown in each reader's database encoding.
@@ -57,6 +64,9 @@ typedef struct StatEntry
 	int64		counters[ZKSH_NCOUNTERS];
 } StatEntry;
 
+/* The share of the hold slots one role may take. */
+#define ROLE_SHARE_DIVISOR		4
+
 typedef struct SharedState
 {
 	LWLock	   *lock;
@@ -82,7 +92,8 @@ static int	my_wait = 0;
 static ZkshWait acquiring;
 static bool wait_shown = false;
 static bool exit_callback_registered = false;
-static bool warned_full = false;
+static bool warned_full_holds = false;
+static bool warned_full_names = false;
 
 /*
  * Settings that size the shared memory; only when zklock is preloaded, as
@@ -160,7 +171,8 @@ startup_shmem(void)
 	ctl.keysize = sizeof(StatKey);
 	ctl.entrysize = sizeof(StatEntry);
 	stats = ShmemInitHash("zklock statistics", max_tracked_names,
-						  max_tracked_names, &ctl, HASH_ELEM | HASH_STRINGS);
+						  max_tracked_names, &ctl,
+						  HASH_ELEM | HASH_STRINGS | HASH_FIXED_SIZE);
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -193,15 +205,16 @@ zksh_name_of(const char *parent, char name[ZKN_NAME_MAX + 1])
 		strlcpy(name, last, ZKN_NAME_MAX + 1);
 }
 
+/* Once per backend for each setting: *warned remembers. */
 static void
-warn_full(const char *what)
+warn_full(const char *what, bool *warned)
 {
-	if (warned_full)
+	if (*warned)
 		return;
-	warned_full = true;
+	*warned = true;
 	ereport(WARNING,
 			(errmsg("zklock has no room left in shared memory for %s", what),
-			 errdetail("What does not fit is not shown server-wide; locking is not affected."),
+			 errdetail("What does not fit is not shown server-wide; locking is not affected.  One role may take at most a quarter of zklock.max_shown_holds."),
 			 errhint("Raise zklock.max_shown_holds or zklock.max_tracked_names and restart the server.")));
 }
 
@@ -216,7 +229,10 @@ drop_all_at_exit(int code, Datum arg)
 		if (state->holds[i].pid == MyProcPid)
 			state->holds[i].pid = 0;
 	if (my_wait > 0)
+	{
 		state->waits[my_wait - 1].pid = 0;
+		state->waits[my_wait - 1].since = 0;
+	}
 	LWLockRelease(state->lock);
 	my_wait = 0;
 }
@@ -247,19 +263,33 @@ zksh_put_hold(int slot, const char *parent, bool shared, bool semaphore,
 	LWLockAcquire(state->lock, LW_EXCLUSIVE);
 	if (slot == 0)
 	{
+		Oid			role = GetUserId();
+		int			role_limit = Max(state->nholds / ROLE_SHARE_DIVISOR, 1);
+		int			free_slot = 0;
+		int			taken = 0;
 		int			i;
 
-		for (i = 0; i < state->nholds && slot == 0; i++)
+		for (i = 0; i < state->nholds; i++)
+		{
 			if (state->holds[i].pid == 0)
-				slot = i + 1;
+			{
+				if (free_slot == 0)
+					free_slot = i + 1;
+			}
+			else
+				taken += state->holds[i].role == role;
+		}
+		if (taken < role_limit)
+			slot = free_slot;
 	}
 	if (slot == 0)
 	{
 		LWLockRelease(state->lock);
-		warn_full("zklock.max_shown_holds");
+		warn_full("zklock.max_shown_holds", &warned_full_holds);
 		return 0;
 	}
 	h = &state->holds[slot - 1];
+	h->role = GetUserId();
 	h->pid = MyProcPid;
 	h->database = MyDatabaseId;
 	zksh_name_of(parent, h->name);
@@ -394,7 +424,7 @@ count_shared(const char *parent, ZkshCounter counter, int64 amount)
 		if (entry == NULL)
 		{
 			LWLockRelease(state->lock);
-			warn_full("zklock.max_tracked_names");
+			warn_full("zklock.max_tracked_names", &warned_full_names);
 			return;
 		}
 		if (!found)
@@ -457,7 +487,7 @@ zksh_wait_of(int pid, ZkshWait *wait)
 	if (state == NULL)
 		return false;
 	LWLockAcquire(state->lock, LW_SHARED);
-	for (i = 0; i < state->nwaits && !found; i++)
+	for (i = 0; i < state->nwaits && !found && pid > 0; i++)
 	{
 		if (state->waits[i].pid == pid && state->waits[i].since != 0)
 		{

@@ -18,6 +18,7 @@
 typedef struct ZkshHold
 {
 	int			pid;
+	Oid			role;			/* who took the slot: a role's share is capped */
 	Oid			database;
 	char		name[ZKN_NAME_MAX + 1];	/* UTF-8 */
 	bool		shared;

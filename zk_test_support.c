@@ -13,6 +13,7 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 
+#include "zk_deadlock.h"
 #include "zk_session.h"
 
 PG_FUNCTION_INFO_V1(zk_test_session_credentials);
@@ -38,4 +39,39 @@ zk_test_session_credentials(PG_FUNCTION_ARGS)
 	PG_RETURN_TEXT_P(cstring_to_text(psprintf("%llx:%s",
 											  (unsigned long long) zks_session_id(),
 											  passwd_hex)));
+}
+
+PG_FUNCTION_INFO_V1(zk_test_delay_deadlock_confirmation);
+
+/*
+ * Make this backend's deadlock checks wait this many milliseconds between
+ * finding a cycle and reading it again, so that a test can break the cycle
+ * in between.
+ */
+Datum
+zk_test_delay_deadlock_confirmation(PG_FUNCTION_ARGS)
+{
+	if (!superuser())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be superuser to delay deadlock checks")));
+	zkd_test_confirm_delay_ms = PG_GETARG_INT32(0);
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(zk_test_deadlock_max_members);
+
+/*
+ * Make this backend's deadlock checks follow at most this many waiting
+ * sessions (1 to the built-in limit), so that a test can meet the limit.
+ */
+Datum
+zk_test_deadlock_max_members(PG_FUNCTION_ARGS)
+{
+	if (!superuser())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be superuser to limit deadlock checks")));
+	zkd_test_max_members = Max(1, Min(PG_GETARG_INT32(0), ZKD_MAX_MEMBERS));
+	PG_RETURN_VOID();
 }

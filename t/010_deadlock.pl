@@ -14,6 +14,16 @@ my $root = '/zklock_t010';
 my $east = zk_cluster('east', $root);
 my $west = zk_cluster('west', $root);
 my $waits = "$root/%waits";
+for my $node ($east, $west)
+{
+	$node->safe_psql('postgres', q{
+		CREATE FUNCTION zk_test_delay_deadlock_confirmation(int) RETURNS void
+		AS '$libdir/zklock', 'zk_test_delay_deadlock_confirmation' LANGUAGE C;
+		CREATE FUNCTION zk_test_deadlock_max_members(int) RETURNS void
+		AS '$libdir/zklock', 'zk_test_deadlock_max_members' LANGUAGE C;
+		CREATE TABLE rows (id int PRIMARY KEY);
+		INSERT INTO rows VALUES (1)});
+}
 
 # A session with its ZooKeeper session open, printing SQLSTATEs with its
 # errors; wait_node is the name its published waits get: the session id.
@@ -265,6 +275,146 @@ sub clear
 	ok(await_output($h, qr/h: true/), 'and the other is granted, with no deadlock');
 	run_sql($h, 'ROLLBACK');
 	$_->quit for ($h, $w, $c);
+}
+
+# --- a cycle behind one that breaks while it is read again -----------------
+#
+# S holds l3 and l4, A and B hold l1 shared, C holds l2; A waits for C, C
+# for S, B for S with a timeout, then S for A and B.  S is the youngest of
+# two cycles, S-B-S and S-A-C-S.  Its check finds them, and, held between
+# finding and reading again, lets B time out: the first cycle no longer
+# holds, the second does, and S must still be the victim.
+{
+	my ($s, $a, $b, $c) = (session($east), session($west), session($east), session($west));
+	run_sql($s, "SELECT zk_lock('l3'), zk_lock('l4')");
+	run_sql($a, "SELECT zk_lock_shared('l1')");
+	run_sql($b, "SELECT zk_lock_shared('l1')");
+	run_sql($c, "SELECT zk_lock('l2')");
+	send_query($a, "SELECT 'a granted' FROM zk_lock('l2');");
+	send_query($c, "SELECT 'c granted' FROM zk_lock('l4');");
+	send_query($b, "SELECT 'b: ' || zk_lock('l3', '3s');");
+	ok(wait_until('three published waits',
+			sub { grep({ $_ eq $a->{wait_node} } published_waits())
+				  && grep({ $_ eq $b->{wait_node} } published_waits())
+				  && grep({ $_ eq $c->{wait_node} } published_waits()) }),
+		'two cycles: A, B and C wait, their waits published');
+	run_sql($s, 'SELECT zk_test_delay_deadlock_confirmation(2500)');
+	send_query($s, "SELECT 's granted' FROM zk_lock('l1');");
+	ok(await_output($b, qr/b: false/), 'two cycles: B times out, ending the first cycle');
+	my $victim = first_victim(20, $s, $a, $c);
+	is($victim, $s, 'two cycles: S is found in the second one all the same');
+	run_sql($_, 'SELECT zk_unlock_all()') for ($s, $b, $c);
+	ok(await_output($a, qr/a granted/), 'two cycles: the others go on');
+	run_sql($a, 'SELECT zk_unlock_all()');
+	$_->quit for ($s, $a, $b, $c);
+}
+
+# --- a graph larger than a check follows ------------------------------------
+{
+	my ($h, $k, $w) = (session($east), session($west), session($east));
+	run_sql($k, "SELECT zk_lock('big_b')");
+	run_sql($h, "SELECT zk_lock('big_a')");
+	send_query($h, "SELECT 'h granted' FROM zk_lock('big_b');");
+	ok(wait_until('the holder\'s wait to be published',
+			sub { grep { $_ eq $h->{wait_node} } published_waits() }),
+		'too large: a holder waits in turn');
+	run_sql($w, 'SELECT zk_test_deadlock_max_members(1)');
+	my $log_start = -s $east->logfile;
+	send_query($w, "SELECT 'w granted' FROM zk_lock('big_a');");
+	ok(wait_for_zk_wait($east, $w->{zk_pid}), 'too large: a waiter behind it');
+	sleep 8;
+	my $log = slurp_file($east->logfile, $log_start);
+	my $lines = () = $log =~ /zklock deadlock check put off/g;
+	is($lines, 1, 'too large: the check says so once, not at every deadlock_timeout');
+	run_sql($k, "SELECT zk_unlock('big_b')");
+	ok(await_output($h, qr/h granted/), 'too large: the chain moves on');
+	run_sql($h, 'SELECT zk_unlock_all()');
+	ok(await_output($w, qr/w granted/), 'too large: to its end');
+	run_sql($_, 'SELECT zk_unlock_all()') for ($w);
+	$_->quit for ($h, $k, $w);
+}
+
+# --- a published wait whose create lost its reply --------------------------
+#
+# A's first publish is applied but its reply lost; A publishes again once B
+# has published.  A must keep the age of its first node, older than B's, or
+# both would take themselves for the youngest: B, whose check is held
+# before it reads the cycle again, must be the one victim.
+{
+	my ($server_port) = $ENV{ZKLOCK_TEST_HOSTS} =~ /^[^:]+:(\d+)/;
+	my $proxy_port = PostgreSQL::Test::Cluster::get_free_port();
+	my $control = PostgreSQL::Test::Utils::tempdir();
+	my $proxy = IPC::Run::start(
+		[ '/usr/bin/python3', "$ENV{ZKLOCK_SRC}/test/tools/zkproxy.py",
+			$proxy_port, $server_port, $control ]);
+	sleep 1;
+	my $a = zk_session($east);
+	$a->query_safe('\set VERBOSITY verbose');
+	$a->query_safe("SET zklock.hosts = '127.0.0.1:$proxy_port'");
+	$a->query_safe("SELECT zk_try_lock('warm_up'), zk_unlock('warm_up')");
+	my $b = session($west);
+	run_sql($a, "BEGIN; SELECT zk_xact_lock('lost_a')");
+	run_sql($b, "BEGIN; SELECT zk_xact_lock('lost_b')");
+	PostgreSQL::Test::Utils::append_to_file("$control/drop-wait-create-reply", '');
+	send_query($a, "SELECT 'a granted' FROM zk_xact_lock('lost_b');");
+	ok(wait_until('the reply to be dropped', sub { !-e "$control/drop-wait-create-reply" }),
+		'lost reply: A\'s first publish loses its reply');
+	run_sql($b, 'SELECT zk_test_delay_deadlock_confirmation(3000)');
+	send_query($b, "SELECT 'b granted' FROM zk_xact_lock('lost_a');");
+	my @victims = victims(20, $a, $b);
+	is(scalar @victims, 1, 'lost reply: exactly one victim');
+	is($victims[0], $b, 'lost reply: the younger publisher, B');
+	run_sql($_, 'ROLLBACK') for ($a, $b);
+	$proxy->kill_kill;
+	$_->quit for ($a, $b);
+}
+
+# --- a published wait for another session's node ---------------------------
+#
+# X holds f3, W waits for f3; a kazoo client holds f2 and X waits for it.
+# The client publishes a wait naming W's node: were it believed, the
+# client would wait for X, closing a cycle, and X would be a victim.
+{
+	my $x = session($east);
+	my $w = session($west);
+	run_sql($x, "BEGIN; SELECT zk_xact_lock('f3')");
+	send_query($w, "SELECT 'w granted' FROM zk_xact_lock('f3');");
+	ok(wait_for_zk_wait($west, $w->{zk_pid}), 'forged: W waits for X');
+	my $w_node = (zk_contenders("$root/f3"))[1];
+	my $peer = start_peer('kazoo', "$root/f2");
+	peer_send($peer, 'acquire');
+	ok(peer_expect($peer, qr/^acquired$/m), 'forged: a kazoo client holds f2');
+	peer_send($peer, "fake-wait $waits $root/f3\\n$w_node\\n{}");
+	ok(peer_expect($peer, qr/^published$/m), 'forged: and publishes a wait for W\'s node');
+	send_query($x, "SELECT 'x granted' FROM zk_xact_lock('f2');");
+	ok(wait_for_zk_wait($east, $x->{zk_pid}), 'forged: X waits for the client');
+	is(scalar victims(5, $x), 0, 'forged: X is no victim of a wait for a node not its publisher\'s');
+	peer_quit($peer);
+	ok(await_output($x, qr/x granted/), 'forged: X is granted once the client goes');
+	run_sql($x, 'COMMIT');
+	ok(await_output($w, qr/w granted/), 'forged: and W after it');
+	run_sql($w, 'COMMIT');
+	$_->quit for ($x, $w);
+}
+
+# --- a cycle through a zklock and a row lock --------------------------------
+#
+# Neither detector sees it: PostgreSQL's knows no zklock, zklock's no row
+# lock.  lock_timeout ends it, on either side.
+{
+	my $r = zk_session($east);
+	my $z = zk_session($east);
+	run_sql($r, "BEGIN; UPDATE rows SET id = 1 WHERE id = 1");
+	run_sql($z, "BEGIN; SELECT zk_xact_lock('row_cycle')");
+	send_query($z, "UPDATE rows SET id = 1 WHERE id = 1;\nSELECT 'z updated';");
+	run_sql($r, "SET lock_timeout = '2s'");
+	my ($out, $err) = run_sql($r, "SELECT zk_xact_lock('row_cycle')");
+	like($err, qr/ERROR:  canceling statement due to lock timeout/,
+		'row lock cycle: lock_timeout ends the zklock wait');
+	run_sql($r, 'ROLLBACK');
+	ok(await_output($z, qr/z updated/), 'row lock cycle: and the other goes on');
+	run_sql($z, 'ROLLBACK');
+	$_->quit for ($r, $z);
 }
 
 # --- detection off --------------------------------------------------------

@@ -116,24 +116,92 @@ ok(wait_until('the exited backend\'s rows to go',
 	isnt($unprivileged, 0, 'only privileged roles may reset them');
 }
 
-# --- more holds than slots -----------------------------------------------------
+# --- more holds than slots, more names than statistics ---------------------
 {
-	my $small = zk_cluster('small', $root, 'zklock.max_shown_holds' => 16);
+	my $small = zk_cluster('small', $root, 'zklock.max_shown_holds' => 16,
+		'zklock.max_tracked_names' => 16);
+	query($small, 'CREATE ROLE plain LOGIN; CREATE ROLE other LOGIN');
 	my $s = zk_session($small);
+	run_sql($s, 'SET ROLE plain');
 	($out, $err) = run_sql($s,
 		"SELECT count(*) FROM generate_series(1, 20) i, LATERAL zk_lock('slot_' || i)");
 	is($out, '20', 'a backend takes more locks than there are slots');
 	like($err, qr/WARNING:  zklock has no room left in shared memory for zklock.max_shown_holds/,
 		'with a WARNING');
-	my $warnings = () = $err =~ /no room left/g;
+	my $warnings = () = $err =~ /no room left in shared memory for zklock.max_shown_holds/g;
 	is($warnings, 1, 'just once');
-	is(query($small, "SELECT count(*) FROM zk_locks WHERE pid = $s->{zk_pid}"), '16',
-		'the other backends see what fits');
+	is(query($small, "SELECT count(*) FROM zk_locks WHERE pid = $s->{zk_pid}"), '4',
+		'the other backends see what fits in a quarter of the slots, the share of one role');
 	is(query($east, "SELECT count(*) FROM generate_series(1, 20) i WHERE zk_try_lock('slot_' || i)"), '0',
 		'and every lock is held all the same');
-	run_sql($s, 'SELECT zk_unlock_all()');
-	$s->quit;
+	my $t = zk_session($small);
+	run_sql($t, 'SET ROLE other');
+	run_sql($t, "SELECT zk_lock('other_role')");
+	is(query($small, "SELECT count(*) FROM zk_locks WHERE pid = $t->{zk_pid}"), '1',
+		'another role\'s holds are still shown');
+
+	# Statistics for more names than are tracked: a fixed-size table,
+	# which never takes the server's spare shared memory.
+	my $free = "SELECT size FROM pg_shmem_allocations WHERE name IS NULL";
+	my $free_before = query($small, $free);
+	my $u = zk_session($small);
+	($out, $err) = run_sql($u,
+		"SELECT count(*) FROM generate_series(1, 300) i WHERE zk_try_lock('name_' || i) AND zk_unlock('name_' || i)");
+	is($out, '300', 'statistics: 300 names locked and unlocked');
+	like($err, qr/no room left in shared memory for zklock.max_tracked_names/,
+		'statistics: a WARNING once the table is full');
+	$warnings = () = $err =~ /no room left/g;
+	is($warnings, 1, 'statistics: just once');
+	is(query($small, 'SELECT count(*) FROM zk_stat_locks'), '16',
+		'statistics: no more names than zklock.max_tracked_names');
+	is(query($small, $free), $free_before,
+		'statistics: the server\'s spare shared memory is untouched');
+	query($small, 'SELECT zk_stat_locks_reset()');
+	is(query($small, 'SELECT count(*) FROM zk_stat_locks'), '0', 'statistics: a reset empties the table');
+	($out) = run_sql($t, "SELECT zk_try_lock('after_reset') AND zk_unlock('after_reset')");
+	is(query($small, "SELECT count(*) FROM zk_stat_locks WHERE name = 'after_reset'"), '1',
+		'statistics: and makes room for new names');
+	run_sql($_, 'SELECT zk_unlock_all()') for ($s, $t);
+	$_->quit for ($s, $t, $u);
 	$small->stop;
+}
+
+# --- a waiter that exits while it waits; a semaphore's blockers -------------
+{
+	my $x = zk_session($east);
+	my $v = zk_session($east);
+	run_sql($x, "SELECT zk_lock('fatal_wait')");
+	send_query($v, "SELECT zk_lock('fatal_wait');");
+	ok(wait_for_zk_wait($east, $v->{zk_pid}), 'a backend waits');
+	query($east, "SELECT pg_terminate_backend($v->{zk_pid})");
+	ok(wait_until('the waiter to be gone',
+			sub { query($east, "SELECT count(*) FROM pg_stat_activity WHERE pid = $v->{zk_pid}") eq '0' }),
+		'and is terminated while it waits');
+	is(query($east, 'SELECT count(*) FROM zk_blockers(0)'), '0',
+		'zk_blockers(0) shows no wait, not even the one of a backend gone');
+	is(query($east, "SELECT count(*) FROM zk_locks WHERE state = 'waiting'"), '0',
+		'nor does zk_locks');
+	run_sql($x, "SELECT zk_unlock('fatal_wait')");
+
+	# Two slots held, one waiter ahead of ours: the slot holders block it.
+	my @s = map { zk_session($east) } 1 .. 4;
+	run_sql($s[$_], "SELECT zk_semaphore_acquire('sem_view', 2)") for 0 .. 1;
+	send_query($s[2], "SELECT zk_semaphore_acquire('sem_view', 2);");
+	ok(wait_for_zk_wait($east, $s[2]->{zk_pid}), 'a semaphore waiter');
+	send_query($s[3], "SELECT zk_semaphore_acquire('sem_view', 2);");
+	ok(wait_for_zk_wait($east, $s[3]->{zk_pid}), 'and one behind it');
+	ok(wait_until('both waits shown',
+			sub { query($east, "SELECT count(*) FROM zk_locks WHERE name = 'sem_view' AND state = 'waiting' AND node IS NOT NULL") eq '2' }),
+		'both waits are shown');
+	is(query($east, "SELECT count(*), bool_and(holds), array_agg(pid ORDER BY pid) = ARRAY[$s[0]->{zk_pid}, $s[1]->{zk_pid}]::int[] FROM zk_blockers($s[3]->{zk_pid})"),
+		'2|t|t',
+		'a semaphore waiter is blocked by the slot holders, not by the waiter ahead');
+	run_sql($_, 'SELECT zk_unlock_all()') for @s[0 .. 1];
+	ok(wait_until('the waiters to be granted',
+			sub { query($east, "SELECT count(*) FROM zk_locks WHERE name = 'sem_view' AND state = 'held'") eq '2' }),
+		'the waiters take the slots');
+	run_sql($_, 'SELECT zk_unlock_all()') for @s[2 .. 3];
+	$_->quit for ($x, @s);
 }
 
 # --- without preloading ----------------------------------------------------------

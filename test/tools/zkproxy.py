@@ -14,6 +14,10 @@ and fires once, on the next create of a lock node (a path containing
   drop-create-request  drop the connection instead of forwarding the create:
                        the server never sees it
 
+and, on the next create of a published wait (a path containing "%waits/"):
+
+  drop-wait-create-reply  as drop-create-reply
+
 and one fault stays armed while its file exists:
 
   blackhole            forward nothing in either direction, on open
@@ -112,6 +116,9 @@ class Connection:
                         if take_fault(self.control, "drop-create-request"):
                             raise EOFError
                         if take_fault(self.control, "drop-create-reply"):
+                            self.drop_xid = xid
+                    if op in CREATE_OPS and b"%waits/" in path:
+                        if take_fault(self.control, "drop-wait-create-reply"):
                             self.drop_xid = xid
                 self.server.sendall(frame(body))
         except (EOFError, OSError):
