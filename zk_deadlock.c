@@ -446,6 +446,9 @@ add_waiting_owners(Search *s, const Blocker *blockers, int count, int via)
 		 * Only a node its own session made, never rewritten, and made before
 		 * ours counts: see the header comment.
 		 */
+		/* Only a missing node says "not waiting"; a failed read says nothing. */
+		if (read->rc != ZOK && read->rc != ZNONODE)
+			return false;
 		if (read->rc != ZOK || read->data == NULL ||
 			read->stat.ephemeralOwner != whose[i]->owner ||
 			read->stat.version != 0 ||
@@ -502,7 +505,8 @@ find_cycles(Search *s)
 		{
 			Closing    *c;
 
-			if (blockers[i].owner != self)
+			/* A node of our own ahead of ours is no cycle with anyone. */
+			if (blockers[i].owner != self || q == 0)
 				continue;
 			s->closings = s->closings == NULL ? palloc(sizeof(Closing)) :
 				repalloc(s->closings, (s->nclosings + 1) * sizeof(Closing));
@@ -745,7 +749,12 @@ search(Search *s)
 		s->nclosings = 0;
 		s->nqueues = 0;
 		found = find_cycles(s);
-		if (found != FOUND_CYCLE)
+
+		/*
+		 * A graph too large to follow may still show cycles near us; we are
+		 * the youngest of each, so each may be confirmed all the same.
+		 */
+		if (found != FOUND_CYCLE && !(s->too_large && s->nclosings > 0))
 			return found;
 		/* A test holds the window between search and confirmation open. */
 		if (zkd_test_confirm_delay_ms > 0)
@@ -756,6 +765,8 @@ search(Search *s)
 			if (found != FOUND_NONE)
 				return found;
 		}
+		if (s->too_large)
+			return FOUND_UNKNOWN;
 	}
 	/* Cycles kept showing without holding: look again later. */
 	return FOUND_UNKNOWN;

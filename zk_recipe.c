@@ -184,8 +184,10 @@ await_watch(Acquisition *acq, uint64 generation)
 						  &acq->published, check_deadline, generation))
 		{
 			case ZKD_DONE:
+				acq->deadlock_backoff = 0;
 				break;
 			case ZKD_AGAIN:
+				acq->deadlock_backoff = 0;
 				acq->deadlock_check_at =
 					TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 												zklock_deadlock_timeout);

@@ -25,8 +25,8 @@
  * statistics hash is fixed-size, so it never draws on the server's spare
  * shared memory, which the lock manager needs, and a reset returns its
  * entries to its own free list.  Since any role may take locks, no one
- * role may fill more than a quarter of the hold slots, so that one role
- * cannot hide every other backend's holds.
+ * role may fill more than three quarters of the hold slots, so that one
+ * role cannot hide every other role's holds.
  *
  * Names are kept in UTF-8, as ZooKeeper has them (decoded from the lock's
  * parent path), and shown in each reader's database encoding.
@@ -64,8 +64,11 @@ typedef struct StatEntry
 	int64		counters[ZKSH_NCOUNTERS];
 } StatEntry;
 
-/* The share of the hold slots one role may take. */
-#define ROLE_SHARE_DIVISOR		4
+/*
+ * The share of the hold slots one role may take: all but a quarter, which
+ * is kept for the other roles.
+ */
+#define ROLE_SHARE(nholds)		((nholds) - (nholds) / 4)
 
 typedef struct SharedState
 {
@@ -92,6 +95,13 @@ static int	my_wait = 0;
 static ZkshWait acquiring;
 static bool wait_shown = false;
 static bool exit_callback_registered = false;
+
+/*
+ * Set once this backend's slots are freed as it exits: the transaction
+ * callbacks that end its holds run after that (ShutdownPostgres), and must
+ * not take a slot again.
+ */
+static bool exited = false;
 static bool warned_full_holds = false;
 static bool warned_full_names = false;
 
@@ -214,7 +224,7 @@ warn_full(const char *what, bool *warned)
 	*warned = true;
 	ereport(WARNING,
 			(errmsg("zklock has no room left in shared memory for %s", what),
-			 errdetail("What does not fit is not shown server-wide; locking is not affected.  One role may take at most a quarter of zklock.max_shown_holds."),
+			 errdetail("What does not fit is not shown server-wide; locking is not affected.  One role may take at most three quarters of zklock.max_shown_holds."),
 			 errhint("Raise zklock.max_shown_holds or zklock.max_tracked_names and restart the server.")));
 }
 
@@ -235,6 +245,8 @@ drop_all_at_exit(int code, Datum arg)
 	}
 	LWLockRelease(state->lock);
 	my_wait = 0;
+	wait_shown = false;
+	exited = true;
 }
 
 static void
@@ -257,14 +269,14 @@ zksh_put_hold(int slot, const char *parent, bool shared, bool semaphore,
 {
 	ZkshHold   *h;
 
-	if (state == NULL)
+	if (state == NULL || exited)
 		return 0;
 	register_exit_callback();
 	LWLockAcquire(state->lock, LW_EXCLUSIVE);
 	if (slot == 0)
 	{
 		Oid			role = GetUserId();
-		int			role_limit = Max(state->nholds / ROLE_SHARE_DIVISOR, 1);
+		int			role_limit = ROLE_SHARE(state->nholds);
 		int			free_slot = 0;
 		int			taken = 0;
 		int			i;
@@ -279,8 +291,11 @@ zksh_put_hold(int slot, const char *parent, bool shared, bool semaphore,
 			else
 				taken += state->holds[i].role == role;
 		}
-		if (taken < role_limit)
+		if (taken < role_limit && free_slot != 0)
+		{
 			slot = free_slot;
+			state->holds[slot - 1].role = role;
+		}
 	}
 	if (slot == 0)
 	{
@@ -289,7 +304,6 @@ zksh_put_hold(int slot, const char *parent, bool shared, bool semaphore,
 		return 0;
 	}
 	h = &state->holds[slot - 1];
-	h->role = GetUserId();
 	h->pid = MyProcPid;
 	h->database = MyDatabaseId;
 	zksh_name_of(parent, h->name);
@@ -308,7 +322,7 @@ zksh_put_hold(int slot, const char *parent, bool shared, bool semaphore,
 void
 zksh_drop_hold(int slot)
 {
-	if (state == NULL || slot == 0)
+	if (state == NULL || slot == 0 || exited)
 		return;
 	LWLockAcquire(state->lock, LW_EXCLUSIVE);
 	state->holds[slot - 1].pid = 0;
@@ -338,7 +352,8 @@ zksh_wait_node(const char *node)
 {
 	ZkshWait   *w;
 
-	if (state == NULL || (wait_shown && strcmp(acquiring.node, node) == 0))
+	if (state == NULL || exited ||
+		(wait_shown && strcmp(acquiring.node, node) == 0))
 		return;
 	strlcpy(acquiring.node, node, sizeof(acquiring.node));
 	register_exit_callback();
@@ -420,7 +435,22 @@ count_shared(const char *parent, ZkshCounter counter, int64 amount)
 
 		LWLockRelease(state->lock);
 		LWLockAcquire(state->lock, LW_EXCLUSIVE);
-		entry = hash_search(stats, &key, HASH_ENTER_NULL, &found);
+
+		/*
+		 * Full: refused here, since even a fixed-size hash that is full
+		 * would first grow its directory, from the server's spare memory.
+		 */
+		entry = hash_search(stats, &key, HASH_FIND, NULL);
+		if (entry == NULL && hash_get_num_entries(stats) >= max_tracked_names)
+		{
+			LWLockRelease(state->lock);
+			warn_full("zklock.max_tracked_names", &warned_full_names);
+			return;
+		}
+		if (entry == NULL)
+			entry = hash_search(stats, &key, HASH_ENTER_NULL, &found);
+		else
+			found = true;
 		if (entry == NULL)
 		{
 			LWLockRelease(state->lock);

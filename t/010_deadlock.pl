@@ -359,6 +359,9 @@ sub clear
 	send_query($a, "SELECT 'a granted' FROM zk_xact_lock('lost_b');");
 	ok(wait_until('the reply to be dropped', sub { !-e "$control/drop-wait-create-reply" }),
 		'lost reply: A\'s first publish loses its reply');
+	# B publishes well before A tries again, a deadlock_timeout after the
+	# failed attempt; its check is held before it reads the cycle again.
+	run_sql($b, "SET zklock.deadlock_timeout = '300ms'");
 	run_sql($b, 'SELECT zk_test_delay_deadlock_confirmation(3000)');
 	send_query($b, "SELECT 'b granted' FROM zk_xact_lock('lost_a');");
 	my @victims = victims(20, $a, $b);
@@ -384,7 +387,8 @@ sub clear
 	my $peer = start_peer('kazoo', "$root/f2");
 	peer_send($peer, 'acquire');
 	ok(peer_expect($peer, qr/^acquired$/m), 'forged: a kazoo client holds f2');
-	peer_send($peer, "fake-wait $waits $root/f3\\n$w_node\\n{}");
+	my $identity = '{"host":"forger","port":1,"pid":1,"database":"d","user":"u","application_name":"a"}';
+	peer_send($peer, "fake-wait $waits $root/f3" . '\n' . $w_node . '\n' . $identity);
 	ok(peer_expect($peer, qr/^published$/m), 'forged: and publishes a wait for W\'s node');
 	send_query($x, "SELECT 'x granted' FROM zk_xact_lock('f2');");
 	ok(wait_for_zk_wait($east, $x->{zk_pid}), 'forged: X waits for the client');

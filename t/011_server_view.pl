@@ -130,8 +130,8 @@ ok(wait_until('the exited backend\'s rows to go',
 		'with a WARNING');
 	my $warnings = () = $err =~ /no room left in shared memory for zklock.max_shown_holds/g;
 	is($warnings, 1, 'just once');
-	is(query($small, "SELECT count(*) FROM zk_locks WHERE pid = $s->{zk_pid}"), '4',
-		'the other backends see what fits in a quarter of the slots, the share of one role');
+	is(query($small, "SELECT count(*) FROM zk_locks WHERE pid = $s->{zk_pid}"), '12',
+		'the other backends see what fits in three quarters of the slots, the share of one role');
 	is(query($east, "SELECT count(*) FROM generate_series(1, 20) i WHERE zk_try_lock('slot_' || i)"), '0',
 		'and every lock is held all the same');
 	my $t = zk_session($small);
