@@ -616,17 +616,21 @@ is_held(const LockEntry *entry)
 }
 
 /*
- * The session that held our nodes is gone, and the nodes with it.  Move
- * every entry to the lost table and, if warn, say which locks were lost
- * (the commit checks say so in their ERROR instead).
+ * The session that held our nodes is gone, or must be taken as gone: end
+ * it, which deletes any node of ours it still has, move every entry to the
+ * lost table and, if warn, say which locks were lost (the commit checks
+ * say so in their ERROR instead).  The session is ended first, and the
+ * WARNING comes last: a WARNING services interrupts, and a loss cancel
+ * landing in it must find the bookkeeping done and no node left behind.
  */
 static void
-mark_all_lost(bool warn)
+lose_session(bool warn)
 {
 	HASH_SEQ_STATUS status;
 	LockEntry  *entry;
 	StringInfoData names;
 
+	zks_close();
 	if (is_empty())
 		return;
 	initStringInfo(&names);
@@ -720,8 +724,7 @@ raise_loss(bool commit, bool xact, bool session)
 void
 zkh_raise_loss_cancel(void)
 {
-	mark_all_lost(!zklock_fail_closed);
-	zks_close();
+	lose_session(!zklock_fail_closed);
 	raise_loss(false, true, zklock_fail_closed);
 }
 
@@ -943,10 +946,7 @@ void
 zkh_check_session(void)
 {
 	if (!zks_is_open() || zks_is_lost() || zks_janitor_failed())
-	{
-		mark_all_lost(true);
-		zks_close();
-	}
+		lose_session(true);
 	else if (zks_settings_changed() && is_empty())
 		zks_close();
 	update_cancel_on_loss();
@@ -1088,8 +1088,7 @@ confirm_holds(bool session_too)
 		return;
 	if (!zks_confirm_contact())
 	{
-		mark_all_lost(false);
-		zks_close();
+		lose_session(false);
 		return;
 	}
 
@@ -1123,12 +1122,11 @@ confirm_holds(bool session_too)
 	}
 	if (lost_names.len > 0)
 	{
+		lose_session(false);
 		ereport(WARNING,
 				(errmsg("zklock found a lock node gone after reconnecting"),
 				 errdetail("Another client deleted the node of lock %s; the ZooKeeper session is ended so that none of its other nodes is trusted.",
 						   lost_names.data)));
-		mark_all_lost(false);
-		zks_close();
 	}
 	pfree(lost_names.data);
 	update_cancel_on_loss();

@@ -1245,11 +1245,12 @@ sync_with_leader(TimestampTz deadline, int *rc)
  * Before COMMIT of a transaction holding zklocks: make sure the session is
  * connected and was recently confirmed by the leader, so it outlives the
  * commit.  A follower cut off from its leader still answers reads while
- * the leader expires the session; a write or sync answered within a third
- * of the timeout T proves otherwise, else syncs are sent until one is
- * answered within two thirds of T of being sent.  If that takes T in all,
- * the session may be gone: it is declared lost.  Returns true if the
- * session is fine.
+ * the leader expires the session; a write or sync sent within the last
+ * third of the timeout T and answered proves otherwise, else syncs are
+ * sent until one is answered within a third of T of being sent.  Either
+ * way the session outlives the check by two thirds of T.  If that takes T
+ * in all, the session may be gone: it is declared lost.  Returns true if
+ * the session is fine.
  */
 bool
 zks_confirm_contact(void)
@@ -1280,7 +1281,7 @@ zks_confirm_contact(void)
 
 		answered = sync_with_leader(give_up, &rc);
 		if (answered && server_answered(rc) &&
-			ms_since_leader_heard() <= 2 * timeout / 3)
+			ms_since_leader_heard() <= timeout / 3)
 			return zks_state() == ZKS_CONNECTED;
 		if (answered && !server_answered(rc) && !zks_is_retryable(rc))
 			zks_report_error(rc, ZKS_SYNC, "/");
@@ -2750,6 +2751,13 @@ janitor_push_locked(JanitorTask *task)
 }
 
 /*
+ * For the fault tests only (zk_test_support.c): after this many more
+ * grants, the session is declared lost, as if it had expired right after
+ * the last of them.  0: never.
+ */
+int			zks_test_lose_after_grants = 0;
+
+/*
  * Remember a node this backend now holds.  It stays in the janitor's list,
  * marked held, so that it is deleted if the session is declared lost but comes
  * back: the locks are given up then, and must not block others.
@@ -2762,6 +2770,11 @@ zks_keep_node(const char *path)
 	task->held = true;
 	pthread_mutex_lock(&zks_mutex);
 	janitor_push_locked(task);
+	if (zks_test_lose_after_grants > 0 && --zks_test_lose_after_grants == 0)
+	{
+		declared_lost = true;
+		pthread_cond_signal(&watchdog_cond);
+	}
 	pthread_mutex_unlock(&zks_mutex);
 }
 

@@ -40,6 +40,9 @@ typedef struct ZkRequest
 	int			datalen;
 } ZkRequest;
 
+/* For the fault tests only: see zks_keep_node. */
+extern int	zks_test_lose_after_grants;
+
 /* How long a lock call waits for ZooKeeper to answer; see zks_define_settings. */
 extern int	zklock_connect_timeout;
 

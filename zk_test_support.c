@@ -75,3 +75,20 @@ zk_test_deadlock_max_members(PG_FUNCTION_ARGS)
 	zkd_test_max_members = Max(1, Min(PG_GETARG_INT32(0), ZKD_MAX_MEMBERS));
 	PG_RETURN_VOID();
 }
+
+PG_FUNCTION_INFO_V1(zk_test_lose_session_after_grants);
+
+/*
+ * Declare this backend's session lost right after its next n grants, so
+ * that a test can lose it between two names of a multi-lock.
+ */
+Datum
+zk_test_lose_session_after_grants(PG_FUNCTION_ARGS)
+{
+	if (!superuser())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be superuser to lose ZooKeeper sessions")));
+	zks_test_lose_after_grants = Max(PG_GETARG_INT32(0), 0);
+	PG_RETURN_VOID();
+}
