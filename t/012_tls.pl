@@ -188,6 +188,11 @@ run_sql($w, "SELECT zk_unlock('over_tls')");
 	like(ZkTest::zkinspect('try-delete', "$root/with_auth/$node_name"), qr/^NoAuthError$/,
 		'and an unauthenticated client cannot delete its node');
 	run_sql($s, "SELECT zk_unlock('with_auth')");
+	{
+		local $ENV{ZKINSPECT_AUTH} = 'tls_user:tls_secret';
+		is(scalar zk_contenders("$root/with_auth"), 0,
+			'unlocked: no node left, with the session still open');
+	}
 	$s->quit;
 }
 
@@ -311,8 +316,8 @@ my ($rc, $stdout, $stderr) = $node->psql('postgres',
 like($stderr, qr/permission denied to set parameter "zklock.tls_ca"/,
 	'zklock.tls_ca is superuser-only');
 
-$_->quit for ($h, $w);
 is_deeply([ grep { /_tls|with_auth/ } ZkTest::zk_lock_nodes($root) ], [],
-	'no lock node left');
+	'no lock node left, with the sessions that took them still open');
+$_->quit for ($h, $w);
 
 done_testing();

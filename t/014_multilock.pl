@@ -30,6 +30,7 @@ my ($out, $err);
 		  . "SELECT 'b done';");
 	ok(await_output($a, qr/a done/), 'one backend takes [x, y] 50 times');
 	ok(await_output($b, qr/b done/), 'the other takes [y, x] 50 times, and neither deadlocks');
+	no_node_left($root, 'opposite orders');
 	$_->quit for ($a, $b);
 }
 
@@ -65,6 +66,7 @@ my ($out, $err);
 	run_sql($m, 'COMMIT');
 	($out) = run_sql($h, "SELECT zk_try_lock(ARRAY['txn_a', 'txn_b']) AND zk_unlock(ARRAY['txn_a', 'txn_b'])");
 	is($out, 't', 'until COMMIT');
+	no_node_left($root, 'timeouts and cancels');
 	$_->quit for ($h, $m);
 }
 
@@ -89,6 +91,7 @@ my ($out, $err);
 	is($out, 'single:1', 'leaves an earlier single-name hold as it was');
 	run_sql($s, 'SELECT zk_unlock_all()');
 	run_sql($w, 'SELECT zk_unlock_all()');
+	no_node_left($root, 'stacking');
 	$_->quit for ($s, $w);
 }
 
@@ -107,6 +110,7 @@ my ($out, $err);
 	is($out, 't', 'the name the call had taken is free');
 	run_sql($s, 'COMMIT');
 	run_sql($w, "SELECT zk_unlock('sp_blocked')");
+	no_node_left($root, 'a savepoint');
 	$_->quit for ($s, $w);
 }
 
@@ -134,8 +138,29 @@ my ($out, $err);
 	($out) = run_sql($m, "SELECT zk_try_lock(ARRAY['exp_a']) AND zk_unlock(ARRAY['exp_a'])");
 	is($out, 't', 'the backend locks again on a new session');
 	run_sql($h, "SELECT zk_unlock('exp_b')");
+	no_node_left($root, 'an expired session');
 	$_->quit for ($h, $m);
 }
 
-is_deeply([ zk_lock_nodes($root) ], [], 'no lock node left');
+# --- the session is lost between two names -----------------------------------
+{
+	$east->safe_psql('postgres', q{
+		CREATE FUNCTION zk_test_lose_session_after_grants(int) RETURNS void
+		AS '$libdir/zklock', 'zk_test_lose_session_after_grants' LANGUAGE C});
+	my $m = zk_session($east);
+	my $t = zk_session($west);
+	run_sql($m, '\set VERBOSITY verbose');
+	run_sql($m, 'SELECT zk_test_lose_session_after_grants(1)');
+	($out, $err) = run_sql($m, "SELECT zk_lock(ARRAY['between_a', 'between_b'])");
+	like($err,
+		qr/ERROR:  08006: zklock lost its ZooKeeper session while taking several locks\nDETAIL:  None of the locks of this call is held\./,
+		'lost between two names: the documented error, with its SQLSTATE');
+	($out) = run_sql($m, "SELECT count(*) FROM zk_locks WHERE pid = pg_backend_pid()");
+	is($out, '0', 'lost between two names: nothing is held');
+	($out) = run_sql($t, "SELECT zk_try_lock(ARRAY['between_a', 'between_b']) AND zk_unlock(ARRAY['between_a', 'between_b'])");
+	is($out, 't', 'lost between two names: both names are free for others');
+	no_node_left($root, 'lost between two names');
+	$_->quit for ($m, $t);
+}
+
 done_testing();

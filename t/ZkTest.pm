@@ -13,9 +13,10 @@ use IO::Socket::INET;
 use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(zk_cluster zk_session zk_children zk_contenders
-  zk_wait_contenders zk_get wait_until wait_for_zk_wait send_query
-  run_sql await_output zk_ensemble start_peer peer_send peer_expect
-  peer_quit zk_session_last_xid zk_lock_nodes);
+  zk_wait_contenders zk_get wait_until wait_for_zk_wait still_waiting
+  send_query run_sql await_output zk_ensemble start_peer peer_send
+  peer_expect peer_silent peer_quit zk_session_last_xid zk_lock_nodes
+  no_node_left);
 
 # The ensemble the helpers look at; a test with an ensemble of its own may
 # point them there.
@@ -79,7 +80,11 @@ my $pg_error_re = qr/(?:^|: )(?:ERROR|FATAL|PANIC):  /m;
 
 # Wait until a session prints something matching $re on stdout or stderr,
 # for a query sent with send_query.  An ERROR that $re does not match fails
-# the wait at once: a marker printed after a failed lock call means nothing.
+# the wait, whether it comes before the match or with it: a marker printed
+# after a failed statement means nothing.  psql writes its errors to
+# stderr and its results to stdout, which arrive here in no fixed order;
+# so once the marker is seen, a line that psql writes to stderr after
+# everything before it is awaited too, and only then is the output judged.
 sub await_output
 {
 	my ($session, $re) = @_;
@@ -89,9 +94,17 @@ sub await_output
 	  || $session->{stderr} =~ $re
 	  || $session->{stderr} =~ $pg_error_re
 	  || $session->{timeout}->is_expired;
+	if (!$session->{timeout}->is_expired)
+	{
+		$session->{stdin} .= "\\warn __zk_stderr_sync__\n";
+		$session->{run}->pump()
+		  until $session->{stderr} =~ /__zk_stderr_sync__/
+		  || $session->{timeout}->is_expired;
+	}
+	my $errors = $session->{stderr} =~ s/^__zk_stderr_sync__\n//mr;
 	my $ok = !$session->{timeout}->is_expired
-	  && ($session->{stderr} !~ $pg_error_re || $session->{stderr} =~ $re);
-	diag("waiting for $re, got:\n$session->{stderr}") if !$ok;
+	  && ($errors !~ $pg_error_re || $errors =~ $re);
+	diag("waiting for $re, got:\n$errors") if !$ok;
 	$session->{stdout} = '';
 	$session->{stderr} = '';
 	return $ok;
@@ -120,6 +133,15 @@ sub zk_lock_nodes
 {
 	my ($path) = @_;
 	return grep { /$contender_re/ } split /\n/, zkinspect('tree', $path);
+}
+
+# Check, while the sessions of a test are still open (see zk_lock_nodes),
+# that no lock node is left under $path.
+sub no_node_left
+{
+	my ($path, $what) = @_;
+	return is_deeply([ zk_lock_nodes($path) ], [],
+		"$what: no node left, with every session still open");
 }
 
 sub zk_get
@@ -165,6 +187,20 @@ sub zk_wait_contenders
 	my @c;
 	return wait_until("$n contenders under $path",
 		sub { @c = zk_contenders($path); @c == $n }, $timeout);
+}
+
+# After a second, is this session's backend still waiting for a zklock,
+# with nothing matching $marker printed (and so no error either)?
+sub still_waiting
+{
+	my ($node, $session, $marker) = @_;
+	sleep 1;
+	$session->{run}->pump_nb;
+	my $event = $node->safe_psql('postgres',
+		"SELECT wait_event_type FROM pg_stat_activity WHERE pid = $session->{zk_pid}");
+	return $session->{stdout} !~ $marker
+	  && $session->{stderr} !~ $pg_error_re
+	  && $event eq 'Extension';
 }
 
 # Wait until the backend with this pid is waiting for a zklock.
@@ -273,6 +309,18 @@ sub peer_expect
 	}
 	$peer->{out} =~ s/^.*?$re\n?//s;
 	return 1;
+}
+
+# Does the peer print nothing at all for $seconds?  Neither an answer
+# nor an error: "not granted" must not pass because the peer failed.
+sub peer_silent
+{
+	my ($peer, $seconds) = @_;
+	$peer->{timer}->start($seconds);
+	$peer->{run}->pump until $peer->{out} =~ /\S/ || $peer->{timer}->is_expired;
+	diag("peer $peer->{kind}: expected silence, got:\n$peer->{out}")
+	  if $peer->{out} =~ /\S/;
+	return $peer->{out} !~ /\S/;
 }
 
 sub peer_quit
