@@ -18,17 +18,26 @@
  * itself) the watchdog sends nothing, so a COMMIT always fails the same
  * way, from the commit checks, however the loss and the COMMIT interleave.
  *
+ * A loss found while no statement runs (idle, parsing, between one
+ * statement's executor calls) cancels nothing; the commit checks stop what
+ * follows.
+ *
  * Committing.  The commit checks (zkh_check_commit) need to know whether
  * the transaction wrote: it has an xid, or it ran INSERT, UPDATE, DELETE
- * or MERGE (on any table, foreign ones included), COPY FROM or NOTIFY.
+ * or MERGE (on any table, foreign ones included), COPY FROM, or any other
+ * utility statement but the few that change nothing (transaction control,
+ * settings, cursors, prepared statements, EXPLAIN, LISTEN, LOCK ...).
  * They run where a commit begins, ahead of other extensions' pre-commit
- * work wherever PostgreSQL lets an extension in first: at a COMMIT, END or
- * PREPARE TRANSACTION statement, and as a statement that runs in a
- * transaction of its own ends; then again in the pre-commit callback,
- * which every commit passes (a procedure's COMMIT, a multi-statement
- * query's end), but after the callbacks of extensions registered later
- * (postgres_fdw commits its remote transactions in one).  From the first
- * check to the transaction's end no loss cancel is sent.
+ * work wherever PostgreSQL lets an extension in first: after a COMMIT,
+ * END or PREPARE TRANSACTION statement has set the transaction to end,
+ * and as a statement that runs in a transaction of its own ends (a
+ * utility statement of that kind is also checked before it runs, since
+ * some, like DROP DATABASE, cannot be undone); then again in the
+ * pre-commit callback, which every commit passes (a procedure's COMMIT, a
+ * multi-statement query's end), but after the callbacks of extensions
+ * registered later (postgres_fdw commits its remote transactions in one).
+ * From a COMMIT's check, or the pre-commit callback, to the transaction's
+ * end no loss cancel is sent.
  *
  *-------------------------------------------------------------------------
  */
@@ -85,6 +94,7 @@ leave_statement(void)
 static void
 leave_statement_on_error(void)
 {
+	/* Taken before the statement stops running, which takes it back. */
 	bool		loss_cancel = geterrcode() == ERRCODE_QUERY_CANCELED &&
 		zks_take_loss_cancel();
 
@@ -118,15 +128,15 @@ run_guarded(StatementPart part, void *arg)
 }
 
 /*
- * The commit checks, where a commit begins.  The first one in a
- * transaction stops loss cancels: the checks find the loss themselves.
+ * The commit checks.  Where the commit itself follows (commits), they stop
+ * loss cancels from then on: the checks find the loss themselves.
  */
 static void
-check_commit(bool prepare)
+check_commit(bool prepare, bool commits)
 {
 	if (!zkh_any())
 		return;
-	if (!committing)
+	if (commits && !committing)
 	{
 		committing = true;
 		(void) zks_set_committing(true);
@@ -136,12 +146,49 @@ check_commit(bool prepare)
 					 prepare);
 }
 
-/* A statement that runs in a transaction of its own commits as it ends. */
-static void
-check_commit_at_statement_end(void)
+/* Is this a statement that runs in a transaction of its own? */
+static bool
+in_own_transaction(void)
 {
-	if (statement_depth == 0 && !IsTransactionBlock() && IsTransactionState())
-		check_commit(false);
+	return statement_depth == 0 && !IsTransactionBlock() &&
+		IsTransactionState();
+}
+
+/*
+ * Does this utility statement change anything?  Those that change nothing
+ * by themselves are listed; the statements they run (CALL, DO, EXECUTE,
+ * EXPLAIN ANALYZE) go through the executor hooks.
+ */
+static bool
+utility_writes(Node *parsetree)
+{
+	switch (nodeTag(parsetree))
+	{
+		case T_TransactionStmt:
+		case T_VariableSetStmt:
+		case T_VariableShowStmt:
+		case T_DeclareCursorStmt:
+		case T_FetchStmt:
+		case T_ClosePortalStmt:
+		case T_PrepareStmt:
+		case T_ExecuteStmt:
+		case T_DeallocateStmt:
+		case T_ExplainStmt:
+		case T_CallStmt:
+		case T_DoStmt:
+		case T_ListenStmt:
+		case T_UnlistenStmt:
+		case T_LoadStmt:
+		case T_DiscardStmt:
+		case T_CheckPointStmt:
+		case T_LockStmt:
+		case T_ConstraintsSetStmt:
+			return false;
+		case T_CopyStmt:
+			return ((CopyStmt *) parsetree)->is_from;
+		default:
+			return true;
+	}
 }
 
 typedef struct StartCall
@@ -238,7 +285,8 @@ static void
 guard_ExecutorFinish(QueryDesc *queryDesc)
 {
 	run_guarded(finish_part, queryDesc);
-	check_commit_at_statement_end();
+	if (in_own_transaction())
+		check_commit(false, false);
 }
 
 typedef struct UtilityCall
@@ -294,14 +342,18 @@ guard_ProcessUtility(PlannedStmt *pstmt, const char *queryString,
 
 		utility_part(&call);
 		if (commits)
-			check_commit(stmt->kind == TRANS_STMT_PREPARE);
+			check_commit(stmt->kind == TRANS_STMT_PREPARE, true);
 		return;
 	}
-	if ((IsA(parsetree, CopyStmt) && ((CopyStmt *) parsetree)->is_from) ||
-		IsA(parsetree, NotifyStmt))
+	if (utility_writes(parsetree))
+	{
 		transaction_wrote = true;
+		if (in_own_transaction())
+			check_commit(false, false);
+	}
 	run_guarded(utility_part, &call);
-	check_commit_at_statement_end();
+	if (in_own_transaction())
+		check_commit(false, false);
 }
 
 static void
@@ -310,10 +362,10 @@ guard_xact_callback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
-			check_commit(false);
+			check_commit(false, true);
 			break;
 		case XACT_EVENT_PRE_PREPARE:
-			check_commit(true);
+			check_commit(true, true);
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:

@@ -80,6 +80,13 @@ static HTAB *lost_holds = NULL;
 static int64 losses = 0;
 
 /*
+ * Names of lost session-level holds acknowledged in this transaction: a
+ * transaction that acknowledges a loss must not commit what it wrote,
+ * since that work was done under the lost lock (zkh_check_commit).
+ */
+static StringInfo acknowledged_in_xact = NULL;
+
+/*
  * The wording of a loss that stops a statement or a commit.  The detail
  * names the locks.
  */
@@ -125,6 +132,8 @@ zkh_define_settings(void)
 							 0,
 							 NULL, NULL, NULL);
 }
+
+static void note_acknowledged(const char *name);
 
 static HTAB *
 make_table(const char *name)
@@ -514,6 +523,7 @@ zkh_release_session_hold(const char *parent, bool shared, const char *name)
 	entry = find_in(lost_holds, parent);
 	if (entry && entry->modes[shared].session_count > 0)
 	{
+		note_acknowledged(name);
 		entry->modes[shared].session_count--;
 		settle(lost_holds, entry);
 		show_holds();
@@ -536,6 +546,7 @@ zkh_release_session_hold(const char *parent, bool shared, const char *name)
 	settle(holds, entry);
 	show_holds();
 	finish_releases(true);
+	update_cancel_on_loss();
 	return true;
 }
 
@@ -550,6 +561,9 @@ release_all_session_holds_in(HTAB *table)
 	hash_seq_init(&status, table);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
+		if (table == lost_holds &&
+			entry->modes[0].session_count + entry->modes[1].session_count > 0)
+			note_acknowledged(entry->name);
 		entry->modes[0].session_count = 0;
 		entry->modes[1].session_count = 0;
 		settle(table, entry);
@@ -563,6 +577,7 @@ zkh_release_all_session_holds(void)
 	release_all_session_holds_in(holds);
 	show_holds();
 	finish_releases(true);
+	update_cancel_on_loss();
 }
 
 static bool
@@ -855,6 +870,7 @@ zkh_release_slot(const char *parent, const char *name)
 
 	if (entry)
 	{
+		note_acknowledged(name);
 		entry->modes[0].session_count--;
 		settle(lost_holds, entry);
 		show_holds();
@@ -876,6 +892,7 @@ zkh_release_slot(const char *parent, const char *name)
 	settle(holds, entry);
 	show_holds();
 	finish_releases(true);
+	update_cancel_on_loss();
 	return true;
 }
 
@@ -952,12 +969,16 @@ zkh_check_session(void)
 	update_cancel_on_loss();
 }
 
-/* Does this backend hold any zklock, or remember any lost one? */
+/*
+ * Does this backend hold any zklock, remember any lost one, or has this
+ * transaction acknowledged a loss?
+ */
 bool
 zkh_any(void)
 {
 	return !is_empty() ||
-		(lost_holds != NULL && hash_get_num_entries(lost_holds) > 0);
+		(lost_holds != NULL && hash_get_num_entries(lost_holds) > 0) ||
+		(acknowledged_in_xact != NULL && acknowledged_in_xact->len > 0);
 }
 
 /*
@@ -1047,6 +1068,24 @@ zkh_rows(ZkHoldRow **rows_out)
 }
 
 static bool has_xact_holds_in(HTAB *table);
+
+/* A lost session-level hold of this name was let go: remember it. */
+static void
+note_acknowledged(const char *name)
+{
+	char	   *quoted = psprintf("\"%s\"", name);
+
+	if (acknowledged_in_xact == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		acknowledged_in_xact = makeStringInfo();
+		MemoryContextSwitchTo(old);
+	}
+	if (strstr(acknowledged_in_xact->data, quoted) == NULL)
+		append_name(acknowledged_in_xact, name);
+	pfree(quoted);
+}
 
 static bool
 has_session_holds_in(HTAB *table)
@@ -1156,6 +1195,13 @@ zkh_check_commit(bool wrote, bool prepare)
 	if (has_xact_holds_in(lost_holds) ||
 		(session_too && has_session_holds_in(lost_holds)))
 		raise_loss(true, true, session_too);
+	if (session_too && acknowledged_in_xact && acknowledged_in_xact->len > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_TRANSACTION_ROLLBACK),
+				 errmsg(LOST_COMMIT_MSG),
+				 errdetail("This transaction wrote, and acknowledged the loss of these locks held at session level: %s.  What it did may have been done under them after they were lost.",
+						   acknowledged_in_xact->data),
+				 errhint("The transaction is rolled back.  Acknowledge a loss in a transaction of its own, then redo the work under a new lock.")));
 }
 
 /* End the transaction holds taken in subid, or in any subtransaction. */
@@ -1237,6 +1283,12 @@ xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			end_xact_holds(InvalidSubTransactionId, true);
+			if (acknowledged_in_xact)
+				resetStringInfo(acknowledged_in_xact);
+			break;
+		case XACT_EVENT_PREPARE:
+			if (acknowledged_in_xact)
+				resetStringInfo(acknowledged_in_xact);
 			break;
 		default:
 			break;

@@ -61,6 +61,7 @@
 #include "storage/latch.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
+#include "utils/timeout.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
@@ -1017,7 +1018,10 @@ static void
 take_back_loss_cancel(void)
 {
 	pg_usleep(1000L);
-	QueryCancelPending = false;
+	/* A timeout that fired meanwhile keeps the cancel, which names it. */
+	if (!get_timeout_indicator(STATEMENT_TIMEOUT, false) &&
+		!get_timeout_indicator(LOCK_TIMEOUT, false))
+		QueryCancelPending = false;
 }
 
 /*

@@ -236,6 +236,7 @@ acquire_name(const char *parent, const char *name, LockMode mode, int slots,
 	bool		semaphore = slots > 0;
 	char	   *saved_title;
 	bool		granted = false;
+	MemoryContext context = CurrentMemoryContext;
 
 	zkh_check_session();
 	if (!semaphore && zkh_add_if_held(parent, mode == MODE_SHARED,
@@ -253,9 +254,23 @@ acquire_name(const char *parent, const char *name, LockMode mode, int slots,
 	}
 	PG_CATCH();
 	{
+		MemoryContextSwitchTo(context);
 		disable_timeout(LOCK_TIMEOUT, false);
 		end_waiting(saved_title);
 		zksh_count(parent, semaphore, ZKSH_CANCELLATIONS, 1);
+
+		/*
+		 * The watchdog's cancel can end an acquire's wait before the wait
+		 * itself sees the loss: it is the loss all the same.
+		 */
+		if (geterrcode() == ERRCODE_QUERY_CANCELED && zks_take_loss_cancel())
+		{
+			FlushErrorState();
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("zklock lost its ZooKeeper session"),
+					 errdetail("The session expired or was cut off for longer than its timeout.")));
+		}
 		PG_RE_THROW();
 	}
 	PG_END_TRY();

@@ -27,6 +27,12 @@ $east->safe_psql('postgres', q{
 		INSERT INTO work VALUES (what);
 		COMMIT;
 	END $$;
+	CREATE FUNCTION insert_and_unlock(what text, name text) RETURNS boolean
+	LANGUAGE plpgsql AS $$
+	BEGIN
+		INSERT INTO work VALUES (what);
+		RETURN zk_unlock(name);
+	END $$;
 	CREATE EXTENSION postgres_fdw;});
 $west->safe_psql('postgres', 'CREATE TABLE remote (what text)');
 my ($west_host, $west_port) = ($west->host, $west->port);
@@ -164,6 +170,7 @@ for my $case (
 
 # --- every way a transaction ends -------------------------------------------
 {
+	$east->safe_psql('postgres', 'CREATE DATABASE kept_after_loss');
 	my $j = job();
 	run_sql($j, "SELECT zk_lock('ways')");
 	run_sql($j, "SELECT zk_lock('ways_other')");
@@ -195,7 +202,26 @@ for my $case (
 		'and the remote server committed nothing');
 	is(committed('fdw block'), '0', 'nor did the local one');
 
-	run_sql($j, "SELECT zk_unlock('ways')");
+	# Acknowledging the loss in the transaction that wrote under it does
+	# not let that work commit.
+	($out, $err) = run_sql($j, "BEGIN; INSERT INTO work VALUES ('acknowledged inside'); SELECT zk_unlock_all(); COMMIT");
+	like($err, qr/${refused}This transaction wrote, and acknowledged the loss of these locks held at session level: "ways", "ways_other"|${refused}This transaction wrote, and acknowledged the loss of these locks held at session level: "ways_other", "ways"/,
+		'a transaction that writes and then acknowledges the loss cannot commit');
+	is(committed('acknowledged inside'), '0', 'and its write is not committed');
+	# The rollback does not undo the acknowledgement: take two new locks
+	# and lose them again for the cases below.
+	run_sql($j, "SELECT zk_lock('ways'), zk_lock('ways_other')");
+	expire_while_running($j);
+	($out, $err) = run_sql($j, "SELECT insert_and_unlock('function', 'ways')");
+	like($err, $refused, 'nor a function that writes, then unlocks the lost lock');
+	is(committed('function'), '0', 'whose write is not committed');
+	($out, $err) = run_sql($j, "TRUNCATE remote");
+	like($err, $refused, 'a TRUNCATE of a foreign table is a write too');
+	($out, $err) = run_sql($j, "DROP DATABASE kept_after_loss");
+	like($err, $refused, 'a statement that cannot run in a transaction is checked before it runs');
+	my (undef, $whole) = $east->psql('kept_after_loss', 'SELECT 1');
+	is($whole, '1', 'and has done nothing: the database it would drop is whole');
+
 	($out, $err) = run_sql($j, "INSERT INTO work VALUES ('one left')");
 	like($err, qr/${refused}This backend held these locks at session level, now lost: "ways_other"\./,
 		'a loss stays until every lost lock is acknowledged');
