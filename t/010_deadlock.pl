@@ -353,6 +353,12 @@ sub clear
 	$a->query_safe("SET zklock.hosts = '127.0.0.1:$proxy_port'");
 	$a->query_safe("SELECT zk_try_lock('warm_up'), zk_unlock('warm_up')");
 	my $b = session($west);
+	# The fault must hit a create that makes A's node: one that finds the
+	# waits' container reaped (it goes some time after its last child)
+	# makes nothing.  A kazoo client's unreadable wait keeps it.
+	my $keeper = start_peer('kazoo', "$root/keeper");
+	peer_send($keeper, "fake-wait $waits garbage");
+	ok(peer_expect($keeper, qr/^published$/m), 'lost reply: the waits\' container is kept');
 	run_sql($a, "BEGIN; SELECT zk_xact_lock('lost_a')");
 	run_sql($b, "BEGIN; SELECT zk_xact_lock('lost_b')");
 	PostgreSQL::Test::Utils::append_to_file("$control/drop-wait-create-reply", '');
@@ -368,6 +374,7 @@ sub clear
 	is(scalar @victims, 1, 'lost reply: exactly one victim');
 	is($victims[0], $b, 'lost reply: the younger publisher, B');
 	run_sql($_, 'ROLLBACK') for ($a, $b);
+	peer_quit($keeper);
 	$proxy->kill_kill;
 	$_->quit for ($a, $b);
 }
