@@ -102,12 +102,31 @@ name_conversion_context(void *arg)
 }
 
 /*
+ * <root>/<space><encoded>.  The lengths are bounded by zklock.root's check
+ * and ZKN_ENCODED_MAX.
+ */
+static void
+join_parent(char parent[ZKR_PARENT_MAX], const char *space,
+			const char *encoded)
+{
+	size_t		rlen = strlen(zklock_root);
+	size_t		slen = strlen(space);
+	size_t		elen = strlen(encoded);
+
+	Assert(rlen + 1 + slen + elen < ZKR_PARENT_MAX);
+	memcpy(parent, zklock_root, rlen);
+	parent[rlen] = '/';
+	memcpy(parent + rlen + 1, space, slen);
+	memcpy(parent + rlen + 1 + slen, encoded, elen + 1);
+}
+
+/*
  * The parent path of a name under the root, in a space of its own ("" for
  * locks).  *name is the name as given, for messages.
  */
 static void
-name_to_parent(text *arg, const char *space, char parent[ZKR_PARENT_MAX],
-			   char **name)
+make_parent(text *arg, const char *space, char parent[ZKR_PARENT_MAX],
+			char **name)
 {
 	char		encoded[ZKN_ENCODED_MAX];
 	char	   *utf8;
@@ -148,7 +167,53 @@ name_to_parent(text *arg, const char *space, char parent[ZKR_PARENT_MAX],
 	}
 	if (utf8 != *name)
 		pfree(utf8);
-	snprintf(parent, ZKR_PARENT_MAX, "%s/%s%s", zklock_root, space, encoded);
+	join_parent(parent, space, encoded);
+}
+
+/*
+ * The last name made into a parent, with what it was made under: a job
+ * mostly locks one name again and again, and converting and encoding it
+ * costs more than the rest of a lock call's own work.  Names longer than
+ * the buffer are not remembered.
+ */
+#define REMEMBERED_NAME_MAX		256
+
+static struct
+{
+	bool		valid;
+	int			len;
+	char		name[REMEMBERED_NAME_MAX];	/* as given, not terminated */
+	const char *space;
+	char		root[ZKR_ROOT_MAX + 1];
+	char		parent[ZKR_PARENT_MAX];
+}			last_parent;
+
+static void
+name_to_parent(text *arg, const char *space, char parent[ZKR_PARENT_MAX],
+			   char **name)
+{
+	int			len = VARSIZE_ANY_EXHDR(arg);
+
+	if (last_parent.valid && last_parent.len == len &&
+		last_parent.space == space &&
+		memcmp(last_parent.name, VARDATA_ANY(arg), len) == 0 &&
+		strcmp(last_parent.root, zklock_root) == 0)
+	{
+		strcpy(parent, last_parent.parent);
+		*name = pnstrdup(last_parent.name, len);
+		return;
+	}
+	last_parent.valid = false;
+	make_parent(arg, space, parent, name);
+	if (len <= REMEMBERED_NAME_MAX)
+	{
+		last_parent.len = len;
+		memcpy(last_parent.name, VARDATA_ANY(arg), len);
+		last_parent.space = space;
+		strcpy(last_parent.root, zklock_root);
+		strcpy(last_parent.parent, parent);
+		last_parent.valid = true;
+	}
 }
 
 /* The lock name argument and its parent path. */

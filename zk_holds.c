@@ -50,7 +50,6 @@
 
 typedef struct HoldMode
 {
-	ZkLockNode	node;			/* path[0] is '\0' when there is none */
 	bool		acquiring;		/* zkh_acquire is filling the node in */
 	int			session_count;
 	int			xact_count;
@@ -59,6 +58,8 @@ typedef struct HoldMode
 	TimestampTz since;			/* when the node was granted */
 	uint64		verified_at;	/* zks_connection_count when last known ours */
 	int			shown;			/* slot showing it server-wide (zk_shared.c) */
+	/* Last, so that a new entry clears the rest without the long path. */
+	ZkLockNode	node;			/* path[0] is '\0' when there is none */
 } HoldMode;
 
 /*
@@ -112,6 +113,15 @@ static bool zklock_synchronous_release;
 /* Whether a lost session-level hold keeps writing transactions from committing. */
 static bool zklock_fail_closed;
 
+/* zklock.fail_closed changed: whether a loss cancels may have too. */
+static bool cancel_on_loss_stale = false;
+
+static void
+fail_closed_assigned(bool newval, void *extra)
+{
+	cancel_on_loss_stale = true;
+}
+
 void
 zkh_define_settings(void)
 {
@@ -130,7 +140,7 @@ zkh_define_settings(void)
 							 true,
 							 PGC_SUSET,
 							 0,
-							 NULL, NULL, NULL);
+							 NULL, fail_closed_assigned, NULL);
 }
 
 static void note_acknowledged(const char *name);
@@ -175,9 +185,16 @@ enter(HTAB *table, const char *key, const char *name)
 		pfree(name_copy);
 	else
 	{
+		int			m;
+
 		entry->name = name_copy;
 		entry->semaphore = false;
-		memset(entry->modes, 0, sizeof(entry->modes));
+		for (m = 0; m < 2; m++)
+		{
+			memset(&entry->modes[m], 0, offsetof(HoldMode, node));
+			entry->modes[m].node.path[0] = '\0';
+			entry->modes[m].node.czxid = 0;
+		}
 	}
 	return entry;
 }
@@ -237,6 +254,17 @@ reserve_subids(HoldMode *mode, int needed)
 	mode->xact_alloc = alloc;
 }
 
+/* Tell the session whether a loss should cancel, when that changes. */
+static void
+tell_cancel_on_loss(bool cancel)
+{
+	static int	told = -1;
+
+	if (told != cancel)
+		zks_set_cancel_on_loss(cancel);
+	told = cancel;
+}
+
 /* Room for the hold was reserved by the caller, so this cannot fail. */
 static void
 add_hold(HoldMode *mode, bool xact)
@@ -249,7 +277,7 @@ add_hold(HoldMode *mode, bool xact)
 	else
 		mode->session_count++;
 	if (xact || zklock_fail_closed)
-		zks_set_cancel_on_loss(true);
+		tell_cancel_on_loss(true);
 }
 
 /* Does a live hold guard commits: any transaction-level one, or any at all? */
@@ -265,6 +293,8 @@ guards_commits(const LockEntry *entry)
 	return false;
 }
 
+static bool is_empty(void);
+
 /* A loss cancels the running statement while a live hold guards commits. */
 static void
 update_cancel_on_loss(void)
@@ -273,7 +303,7 @@ update_cancel_on_loss(void)
 	LockEntry  *entry;
 	bool		any = false;
 
-	if (holds)
+	if (!is_empty())
 	{
 		hash_seq_init(&status, holds);
 		while (!any && (entry = hash_seq_search(&status)) != NULL)
@@ -283,58 +313,66 @@ update_cancel_on_loss(void)
 				hash_seq_term(&status);
 			}
 	}
-	zks_set_cancel_on_loss(any);
+	tell_cancel_on_loss(any);
 }
 
 static int64 entry_token(const LockEntry *entry);
 
+/*
+ * Show the holds of one entry of table to the rest of the server
+ * (zk_shared.c), after a change to them.  Writes shared memory only; never
+ * fails.
+ */
 static void
-show_holds_in(HTAB *table, bool lost)
+show_entry(HTAB *table, LockEntry *entry)
 {
-	HASH_SEQ_STATUS status;
-	LockEntry  *entry;
+	bool		lost = table == lost_holds;
+	char		parent[ZKR_PARENT_MAX];
+	int			m;
 
-	if (table == NULL)
+	if (!zksh_enabled())
 		return;
-	hash_seq_init(&status, table);
-	while ((entry = hash_seq_search(&status)) != NULL)
+	for (m = 0; m < 2; m++)
 	{
-		int			m;
+		HoldMode   *mode = &entry->modes[m];
 
-		char		parent[ZKR_PARENT_MAX];
-
-		for (m = 0; m < 2; m++)
+		if (hold_count(mode) > 0)
+			mode->shown = zksh_put_hold(mode->shown,
+										parent_of(entry, parent), m,
+										entry->semaphore, lost,
+										mode->session_count,
+										mode->xact_count, mode->node.path,
+										lost ? mode->node.czxid :
+										entry_token(entry), mode->since);
+		else if (mode->shown != 0)
 		{
-			HoldMode   *mode = &entry->modes[m];
-
-			if (hold_count(mode) > 0)
-				mode->shown = zksh_put_hold(mode->shown,
-											parent_of(entry, parent), m,
-											entry->semaphore, lost,
-											mode->session_count,
-											mode->xact_count, mode->node.path,
-											lost ? mode->node.czxid :
-											entry_token(entry), mode->since);
-			else if (mode->shown != 0)
-			{
-				zksh_drop_hold(mode->shown);
-				mode->shown = 0;
-			}
+			zksh_drop_hold(mode->shown);
+			mode->shown = 0;
 		}
 	}
 }
 
-/*
- * Show this backend's holds to the rest of the server (zk_shared.c), after
- * any change to them.  Writes shared memory only; never fails.
- */
+static void
+show_holds_in(HTAB *table)
+{
+	HASH_SEQ_STATUS status;
+	LockEntry  *entry;
+
+	if (table == NULL || hash_get_num_entries(table) == 0)
+		return;
+	hash_seq_init(&status, table);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		show_entry(table, entry);
+}
+
+/* Show every hold, after a change to many. */
 static void
 show_holds(void)
 {
 	if (!zksh_enabled())
 		return;
-	show_holds_in(holds, false);
-	show_holds_in(lost_holds, true);
+	show_holds_in(holds);
+	show_holds_in(lost_holds);
 }
 
 /*
@@ -355,7 +393,7 @@ zkh_add_if_held(const char *parent, bool shared, bool xact)
 		return false;
 	reserve_subids(mode, mode->xact_count + 1);
 	add_hold(mode, xact);
-	show_holds();
+	show_entry(holds, entry);
 	return true;
 }
 
@@ -379,7 +417,7 @@ release_node(HoldMode *mode)
  * keeps our place for the other mode (see the header comment); drop the
  * entry once nothing is left.  Nodes are czxid-ordered: both are ours.
  */
-static void
+static bool
 settle(HTAB *table, LockEntry *entry)
 {
 	int			m;
@@ -404,9 +442,10 @@ settle(HTAB *table, LockEntry *entry)
 		HoldMode   *mode = &entry->modes[m];
 
 		if (hold_count(mode) > 0 || has_node(mode) || mode->acquiring)
-			return;
+			return true;
 	}
 	remove_entry(table, entry);
+	return false;
 }
 
 /*
@@ -473,10 +512,10 @@ zkh_acquire(const char *parent, const char *name, bool shared, bool xact,
 		mode->since = GetCurrentTimestamp();
 		mode->verified_at = zks_connection_count();
 		add_hold(mode, xact);
+		show_entry(holds, entry);
 	}
-	else
-		settle(holds, entry);
-	show_holds();
+	else if (settle(holds, entry))
+		show_entry(holds, entry);
 	return result;
 }
 
@@ -506,10 +545,10 @@ zkh_undo_hold(const char *parent, bool shared, bool xact)
 			mode->xact_count--;
 		else
 			mode->session_count--;
-		settle(tables[t], entry);
+		if (settle(tables[t], entry))
+			show_entry(tables[t], entry);
 		break;
 	}
-	show_holds();
 	update_cancel_on_loss();
 	finish_releases(true);
 }
@@ -525,8 +564,8 @@ zkh_release_session_hold(const char *parent, bool shared, const char *name)
 	{
 		note_acknowledged(name);
 		entry->modes[shared].session_count--;
-		settle(lost_holds, entry);
-		show_holds();
+		if (settle(lost_holds, entry))
+			show_entry(lost_holds, entry);
 		ereport(WARNING,
 				(errmsg("zklock \"%s\" was lost with the ZooKeeper session and is not held",
 						name),
@@ -543,8 +582,8 @@ zkh_release_session_hold(const char *parent, bool shared, const char *name)
 		return false;
 	}
 	entry->modes[shared].session_count--;
-	settle(holds, entry);
-	show_holds();
+	if (settle(holds, entry))
+		show_entry(holds, entry);
 	finish_releases(true);
 	update_cancel_on_loss();
 	return true;
@@ -556,7 +595,7 @@ release_all_session_holds_in(HTAB *table)
 	HASH_SEQ_STATUS status;
 	LockEntry  *entry;
 
-	if (table == NULL)
+	if (table == NULL || hash_get_num_entries(table) == 0)
 		return;
 	hash_seq_init(&status, table);
 	while ((entry = hash_seq_search(&status)) != NULL)
@@ -660,7 +699,7 @@ lose_session(bool warn)
 		move_to_lost(entry);
 	}
 	show_holds();
-	zks_set_cancel_on_loss(false);
+	tell_cancel_on_loss(false);
 	if (warn && names.len > 0)
 		ereport(WARNING,
 				(errmsg("zklock lost its ZooKeeper session"),
@@ -811,6 +850,7 @@ zkh_acquire_slot(const char *parent, const char *name, int slots, bool xact,
 		mode->since = GetCurrentTimestamp();
 		mode->verified_at = zks_connection_count();
 		add_hold(mode, xact);
+		show_entry(holds, entry);
 	}
 	PG_CATCH();
 	{
@@ -823,7 +863,6 @@ zkh_acquire_slot(const char *parent, const char *name, int slots, bool xact,
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	show_holds();
 	return result;
 }
 
@@ -872,8 +911,8 @@ zkh_release_slot(const char *parent, const char *name)
 	{
 		note_acknowledged(name);
 		entry->modes[0].session_count--;
-		settle(lost_holds, entry);
-		show_holds();
+		if (settle(lost_holds, entry))
+			show_entry(lost_holds, entry);
 		ereport(WARNING,
 				(errmsg("zklock semaphore \"%s\" lost a slot with the ZooKeeper session",
 						name),
@@ -889,8 +928,8 @@ zkh_release_slot(const char *parent, const char *name)
 		return false;
 	}
 	entry->modes[0].session_count--;
-	settle(holds, entry);
-	show_holds();
+	if (settle(holds, entry))
+		show_entry(holds, entry);
 	finish_releases(true);
 	update_cancel_on_loss();
 	return true;
@@ -966,7 +1005,11 @@ zkh_check_session(void)
 		lose_session(true);
 	else if (zks_settings_changed() && is_empty())
 		zks_close();
-	update_cancel_on_loss();
+	if (cancel_on_loss_stale)
+	{
+		cancel_on_loss_stale = false;
+		update_cancel_on_loss();
+	}
 }
 
 /*
@@ -1093,7 +1136,7 @@ has_session_holds_in(HTAB *table)
 	HASH_SEQ_STATUS status;
 	LockEntry  *entry;
 
-	if (table == NULL)
+	if (table == NULL || hash_get_num_entries(table) == 0)
 		return false;
 	hash_seq_init(&status, table);
 	while ((entry = hash_seq_search(&status)) != NULL)
@@ -1211,7 +1254,7 @@ end_xact_holds_in(HTAB *table, SubTransactionId subid, bool all)
 	HASH_SEQ_STATUS status;
 	LockEntry  *entry;
 
-	if (table == NULL)
+	if (table == NULL || hash_get_num_entries(table) == 0)
 		return;
 	hash_seq_init(&status, table);
 	while ((entry = hash_seq_search(&status)) != NULL)
@@ -1259,7 +1302,7 @@ has_xact_holds_in(HTAB *table)
 	HASH_SEQ_STATUS status;
 	LockEntry  *entry;
 
-	if (table == NULL)
+	if (table == NULL || hash_get_num_entries(table) == 0)
 		return false;
 	hash_seq_init(&status, table);
 	while ((entry = hash_seq_search(&status)) != NULL)
@@ -1313,7 +1356,7 @@ reassign_subxact(HTAB *table, SubTransactionId mySubid,
 	HASH_SEQ_STATUS status;
 	LockEntry  *entry;
 
-	if (table == NULL)
+	if (table == NULL || hash_get_num_entries(table) == 0)
 		return;
 	hash_seq_init(&status, table);
 	while ((entry = hash_seq_search(&status)) != NULL)

@@ -74,7 +74,10 @@ typedef struct SharedState
 {
 	LWLock	   *lock;
 	int			nholds;
+	int			nfree;			/* hold slots with pid 0 */
+	int			free_hint;		/* where to look for one first */
 	int			nwaits;
+	uint64		stats_resets;	/* zksh_reset_stats calls */
 	ZkshHold   *holds;			/* pid 0: free */
 	ZkshWait   *waits;			/* pid 0: free */
 } SharedState;
@@ -93,6 +96,7 @@ static int	my_wait = 0;
  * (zksh_wait_node): an acquire that is granted at once shows nothing.
  */
 static ZkshWait acquiring;
+static const char *acquiring_parent;	/* the caller's, until zksh_wait_end */
 static bool wait_shown = false;
 static bool exit_callback_registered = false;
 
@@ -172,7 +176,10 @@ startup_shmem(void)
 
 		state->lock = &(GetNamedLWLockTranche("zklock"))->lock;
 		state->nholds = max_shown_holds;
+		state->nfree = max_shown_holds;
+		state->free_hint = 0;
 		state->nwaits = MaxBackends;
+		state->stats_resets = 0;
 		state->holds = (ZkshHold *) next;
 		state->waits = (ZkshWait *) (next + max_shown_holds * sizeof(ZkshHold));
 		memset(state->holds, 0, max_shown_holds * sizeof(ZkshHold));
@@ -204,15 +211,30 @@ zksh_enabled(void)
 	return state != NULL;
 }
 
-/* The lock name a parent path stands for, in UTF-8 (raw if undecodable). */
+/*
+ * The lock name a parent path stands for, in UTF-8 (raw if undecodable).
+ * The last one is remembered: a job mostly locks one name.
+ */
 void
 zksh_name_of(const char *parent, char name[ZKN_NAME_MAX + 1])
 {
+	static char last_parent[ZKN_WAIT_PARENT_MAX];
+	static char last_name[ZKN_NAME_MAX + 1];
 	const char *last = strrchr(parent, '/') + 1;
 	size_t		len;
 
+	if (strcmp(parent, last_parent) == 0)
+	{
+		strcpy(name, last_name);
+		return;
+	}
 	if (!zkn_decode_name(last, name, ZKN_NAME_MAX + 1, &len))
 		strlcpy(name, last, ZKN_NAME_MAX + 1);
+	if (strlen(parent) < sizeof(last_parent))
+	{
+		strcpy(last_parent, parent);
+		strcpy(last_name, name);
+	}
 }
 
 /* Once per backend for each setting: *warned remembers. */
@@ -228,6 +250,54 @@ warn_full(const char *what, bool *warned)
 			 errhint("Raise zklock.max_shown_holds or zklock.max_tracked_names and restart the server.")));
 }
 
+/* Free hold slot i.  Caller holds the lock exclusively. */
+static void
+free_slot_locked(int i)
+{
+	if (state->holds[i].pid == 0)
+		return;
+	state->holds[i].pid = 0;
+	state->nfree++;
+}
+
+/*
+ * A free hold slot for this backend's role, or 0: one role may take no more
+ * than its share, which matters only once few slots are left.  Caller holds
+ * the lock exclusively.
+ */
+static int
+take_slot_locked(void)
+{
+	Oid			role = GetUserId();
+	int			i;
+
+	if (state->nfree == 0)
+		return 0;
+	if (state->nfree <= state->nholds - ROLE_SHARE(state->nholds))
+	{
+		int			taken = 0;
+
+		for (i = 0; i < state->nholds; i++)
+			taken += state->holds[i].pid != 0 && state->holds[i].role == role;
+		if (taken >= ROLE_SHARE(state->nholds))
+			return 0;
+	}
+	for (i = 0; i < state->nholds; i++)
+	{
+		int			at = (state->free_hint + i) % state->nholds;
+
+		if (state->holds[at].pid == 0)
+		{
+			state->holds[at].role = role;
+			state->holds[at].pid = MyProcPid;
+			state->nfree--;
+			state->free_hint = (at + 1) % state->nholds;
+			return at + 1;
+		}
+	}
+	return 0;
+}
+
 /* Free every slot of this backend as it exits. */
 static void
 drop_all_at_exit(int code, Datum arg)
@@ -237,7 +307,7 @@ drop_all_at_exit(int code, Datum arg)
 	LWLockAcquire(state->lock, LW_EXCLUSIVE);
 	for (i = 0; i < state->nholds; i++)
 		if (state->holds[i].pid == MyProcPid)
-			state->holds[i].pid = 0;
+			free_slot_locked(i);
 	if (my_wait > 0)
 	{
 		state->waits[my_wait - 1].pid = 0;
@@ -268,6 +338,7 @@ zksh_put_hold(int slot, const char *parent, bool shared, bool semaphore,
 			  int64 token, TimestampTz since)
 {
 	ZkshHold   *h;
+	bool		taken = false;
 
 	if (state == NULL || exited)
 		return 0;
@@ -275,27 +346,8 @@ zksh_put_hold(int slot, const char *parent, bool shared, bool semaphore,
 	LWLockAcquire(state->lock, LW_EXCLUSIVE);
 	if (slot == 0)
 	{
-		Oid			role = GetUserId();
-		int			role_limit = ROLE_SHARE(state->nholds);
-		int			free_slot = 0;
-		int			taken = 0;
-		int			i;
-
-		for (i = 0; i < state->nholds; i++)
-		{
-			if (state->holds[i].pid == 0)
-			{
-				if (free_slot == 0)
-					free_slot = i + 1;
-			}
-			else
-				taken += state->holds[i].role == role;
-		}
-		if (taken < role_limit && free_slot != 0)
-		{
-			slot = free_slot;
-			state->holds[slot - 1].role = role;
-		}
+		slot = take_slot_locked();
+		taken = slot != 0;
 	}
 	if (slot == 0)
 	{
@@ -304,15 +356,24 @@ zksh_put_hold(int slot, const char *parent, bool shared, bool semaphore,
 		return 0;
 	}
 	h = &state->holds[slot - 1];
-	h->pid = MyProcPid;
-	h->database = MyDatabaseId;
-	zksh_name_of(parent, h->name);
-	h->shared = shared;
-	h->semaphore = semaphore;
+
+	/* A slot shows one node of one lock from first to last: set those once. */
+	if (taken)
+	{
+		size_t		len = strlen(node);
+
+		h->database = MyDatabaseId;
+		zksh_name_of(parent, h->name);
+		h->shared = shared;
+		h->semaphore = semaphore;
+		if (len >= sizeof(h->node))
+			len = sizeof(h->node) - 1;
+		memcpy(h->node, node, len);
+		h->node[len] = '\0';
+	}
 	h->lost = lost;
 	h->session_count = session_count;
 	h->xact_count = xact_count;
-	strlcpy(h->node, node, sizeof(h->node));
 	h->token = token;
 	h->since = since;
 	LWLockRelease(state->lock);
@@ -325,24 +386,23 @@ zksh_drop_hold(int slot)
 	if (state == NULL || slot == 0 || exited)
 		return;
 	LWLockAcquire(state->lock, LW_EXCLUSIVE);
-	state->holds[slot - 1].pid = 0;
+	free_slot_locked(slot - 1);
 	LWLockRelease(state->lock);
 }
 
 /*
- * This backend is about to acquire the lock under parent; nothing is shown
- * until it waits.
+ * This backend is about to acquire the lock under parent (which must stay
+ * as it is until zksh_wait_end); nothing is shown until it waits.
  */
 void
 zksh_wait_begin(const char *parent, bool shared, bool semaphore, bool xact)
 {
 	if (state == NULL)
 		return;
-	zksh_name_of(parent, acquiring.name);
+	acquiring_parent = parent;
 	acquiring.shared = shared;
 	acquiring.semaphore = semaphore;
 	acquiring.xact = xact;
-	acquiring.since = GetCurrentTimestamp();
 	acquiring.node[0] = '\0';
 }
 
@@ -355,6 +415,12 @@ zksh_wait_node(const char *node)
 	if (state == NULL || exited ||
 		(wait_shown && strcmp(acquiring.node, node) == 0))
 		return;
+	/* Only a lock call that waits pays for these. */
+	if (!wait_shown)
+	{
+		zksh_name_of(acquiring_parent, acquiring.name);
+		acquiring.since = GetCurrentTimestamp();
+	}
 	strlcpy(acquiring.node, node, sizeof(acquiring.node));
 	register_exit_callback();
 	LWLockAcquire(state->lock, LW_EXCLUSIVE);
@@ -391,6 +457,16 @@ zksh_wait_end(void)
 static void count_shared(const char *parent, ZkshCounter counter,
 						 int64 amount);
 
+/* Count to an entry found under the lock, held in either mode; releases it. */
+static void
+count_locked(StatEntry *entry, ZkshCounter counter, int64 amount)
+{
+	SpinLockAcquire(&entry->mutex);
+	entry->counters[counter] += amount;
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(state->lock);
+}
+
 /*
  * This backend's counters, for zk_status().  It shows all but the losses,
  * which it takes from the hold table: that counts each mode lost, these
@@ -417,6 +493,15 @@ zksh_count(const char *parent, bool semaphore, ZkshCounter counter,
 		count_shared(parent, counter, amount);
 }
 
+/*
+ * The statistics entry this backend counted to last, and the parent it is
+ * for: a job mostly locks one name, and finding its entry costs more than
+ * counting.  Entries go only with a reset, which stats_resets tells.
+ */
+static StatEntry *last_entry = NULL;
+static uint64 last_entry_resets;
+static char last_entry_parent[ZKN_WAIT_PARENT_MAX];
+
 /* Add amount to one statistic of the lock under parent. */
 static void
 count_shared(const char *parent, ZkshCounter counter, int64 amount)
@@ -426,8 +511,14 @@ count_shared(const char *parent, ZkshCounter counter, int64 amount)
 
 	if (state == NULL)
 		return;
-	zksh_name_of(parent, key.name);
 	LWLockAcquire(state->lock, LW_SHARED);
+	if (last_entry != NULL && last_entry_resets == state->stats_resets &&
+		strcmp(last_entry_parent, parent) == 0)
+	{
+		count_locked(last_entry, counter, amount);
+		return;
+	}
+	zksh_name_of(parent, key.name);
 	entry = hash_search(stats, &key, HASH_FIND, NULL);
 	if (entry == NULL)
 	{
@@ -463,10 +554,14 @@ count_shared(const char *parent, ZkshCounter counter, int64 amount)
 			memset(entry->counters, 0, sizeof(entry->counters));
 		}
 	}
-	SpinLockAcquire(&entry->mutex);
-	entry->counters[counter] += amount;
-	SpinLockRelease(&entry->mutex);
-	LWLockRelease(state->lock);
+	last_entry = NULL;
+	if (strlen(parent) < sizeof(last_entry_parent))
+	{
+		strcpy(last_entry_parent, parent);
+		last_entry = entry;
+		last_entry_resets = state->stats_resets;
+	}
+	count_locked(entry, counter, amount);
 }
 
 /* Copies of every backend's holds, for zk_locks.  Returns how many. */
@@ -567,5 +662,6 @@ zksh_reset_stats(void)
 	hash_seq_init(&status, stats);
 	while ((entry = hash_seq_search(&status)) != NULL)
 		hash_search(stats, &entry->key, HASH_REMOVE, NULL);
+	state->stats_resets++;
 	LWLockRelease(state->lock);
 }
