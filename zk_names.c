@@ -184,6 +184,22 @@ zkn_peer_of(const char *child)
 	return "unknown";
 }
 
+/*
+ * Is child named the way zklock names a lock's nodes: "_c_", a uuid, then
+ * "-lock-" or "-read-lock-"?  (Curator's InterProcessMutex names its nodes
+ * alike; its recipe is the one zklock follows.)
+ */
+bool
+zkn_has_zklock_form(const char *child)
+{
+	const char *marker = child + 3 + ZKN_GUID_LEN;
+
+	return strncmp(child, "_c_", 3) == 0 &&
+		memchr(child, '\0', 3 + ZKN_GUID_LEN) == NULL &&
+		(strncmp(marker, "-lock-", 6) == 0 ||
+		 strncmp(marker, "-read-lock-", 11) == 0);
+}
+
 /* Where the last occurrence of marker in child ends, or 0 if none. */
 static size_t
 marker_end(const char *child, size_t len, const char *marker)
@@ -192,7 +208,8 @@ marker_end(const char *child, size_t len, const char *marker)
 	size_t		start;
 
 	for (start = len >= mlen ? len - mlen + 1 : 0; start > 0; start--)
-		if (memcmp(child + start - 1, marker, mlen) == 0)
+		if (child[start - 1] == marker[0] &&
+			memcmp(child + start - 1, marker, mlen) == 0)
 			return start - 1 + mlen;
 	return 0;
 }
@@ -261,17 +278,40 @@ zkn_parse_contender(const char *child, ZknContender *contender)
 	bool		best_shared = false;
 	size_t		i;
 
-	for (i = 0; i < sizeof(contender_markers) / sizeof(contender_markers[0]); i++)
+	/*
+	 * The common case first: a marker right before ten digits.  Every
+	 * marker ends in '-' or '_', so none can end later than that.
+	 */
+	if (len > 10 && strspn(child + len - 10, "0123456789") == 10)
 	{
-		const char *marker = contender_markers[i].marker;
-		size_t		end = marker_end(child, len, marker);
-
-		if (end > best_end || (end != 0 && end == best_end &&
-							   strlen(marker) > best_len))
+		for (i = 0; i < sizeof(contender_markers) / sizeof(contender_markers[0]); i++)
 		{
-			best_end = end;
-			best_len = strlen(marker);
-			best_shared = contender_markers[i].shared;
+			const char *marker = contender_markers[i].marker;
+			size_t		mlen = strlen(marker);
+
+			if (len - 10 >= mlen && mlen > best_len &&
+				memcmp(child + len - 10 - mlen, marker, mlen) == 0)
+			{
+				best_end = len - 10;
+				best_len = mlen;
+				best_shared = contender_markers[i].shared;
+			}
+		}
+	}
+	if (best_end == 0)
+	{
+		for (i = 0; i < sizeof(contender_markers) / sizeof(contender_markers[0]); i++)
+		{
+			const char *marker = contender_markers[i].marker;
+			size_t		end = marker_end(child, len, marker);
+
+			if (end > best_end || (end != 0 && end == best_end &&
+								   strlen(marker) > best_len))
+			{
+				best_end = end;
+				best_len = strlen(marker);
+				best_shared = contender_markers[i].shared;
+			}
 		}
 	}
 	contender->sequence = 0;

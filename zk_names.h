@@ -60,6 +60,7 @@ typedef struct ZknContender
 
 extern ZknForm zkn_parse_contender(const char *child, ZknContender *contender);
 extern const char *zkn_peer_of(const char *child);
+extern bool zkn_has_zklock_form(const char *child);
 extern bool zkn_is_node_of(const char *child, const char *guid, bool shared);
 extern bool zkn_has_guid(const char *child, const char *guid);
 extern ZknForm zkn_parse_slot(const char *child, ZknContender *contender);

@@ -313,14 +313,55 @@ ZkqVerdict
 zkq_decide(const ZkqEntry *entries, int n, int own, bool by_czxid,
 		   int *watch)
 {
-	int		   *place = find_places(entries, n, by_czxid);
+	int		   *place;
 	ZkqVerdict	verdict;
 
+	/* Alone in the queue: the uncontended case, every cycle. */
+	if (n == 1)
+		return ZKQ_HOLDS;
+	place = find_places(entries, n, by_czxid);
 	if (place == NULL)
 		return ZKQ_NO_MEMORY;
 	verdict = decide(entries, n, place, own, by_czxid, watch);
 	free(place);
 	return verdict;
+}
+
+/*
+ * Will the contender at own hold the lock once the one at gone is deleted,
+ * whatever else happens meanwhile?  So if, without gone, nothing stands
+ * ahead of own that it waits for.  Nothing created later can then stand
+ * ahead of it: contenders stand in creation order, and a later node of a
+ * holder takes its earlier node's place only while that earlier node is
+ * there, which it stays while the later one is held (zk_holds.c).  For an
+ * exclusive contender with no other node of its own (the caller's part);
+ * false if memory ran out.
+ */
+bool
+zkq_holds_without(const ZkqEntry *entries, int n, int own, int gone,
+				  bool by_czxid)
+{
+	ZkqEntry   *rest = malloc((n > 0 ? n : 1) * sizeof(ZkqEntry));
+	int			m = 0;
+	int			own_rest = -1;
+	int			watch;
+	int			i;
+	ZkqVerdict	verdict;
+
+	if (rest == NULL)
+		return false;
+	for (i = 0; i < n; i++)
+	{
+		if (i == gone)
+			continue;
+		if (i == own)
+			own_rest = m;
+		rest[m++] = entries[i];
+	}
+	verdict = own_rest >= 0 ?
+		zkq_decide(rest, m, own_rest, by_czxid, &watch) : ZKQ_WAIT;
+	free(rest);
+	return verdict == ZKQ_HOLDS;
 }
 
 /*

@@ -52,6 +52,8 @@ extern bool zkq_needs_czxid(const ZkqEntry *entries, int n,
 							int64_t parent_creates);
 extern ZkqVerdict zkq_decide(const ZkqEntry *entries, int n, int own,
 							 bool by_czxid, int *watch);
+extern bool zkq_holds_without(const ZkqEntry *entries, int n, int own,
+							  int gone, bool by_czxid);
 extern int	zkq_blockers(const ZkqEntry *entries, int n, int own,
 						 bool by_czxid, int *blockers);
 extern bool zkq_describe(const ZkqEntry *entries, int n, bool by_czxid,

@@ -18,6 +18,17 @@
  * cannot order the queue (the server's counter wrapped), the czxid of each
  * contender is read too.
  *
+ * A handoff without the listing.  An exclusive waiter with no other node on
+ * the name, whose last listing showed only zklock-named contenders and
+ * nothing but the watched node that it must wait for (zkq_holds_without),
+ * is granted by that node's deletion alone: whatever is created later
+ * stands behind it.  Two things a listing would have caught are watched
+ * instead.  Its own node may be deleted under it (by hand): it watches that
+ * node too, before the predecessor, so the news of its going comes first
+ * and forces the listing.  And a reconnect may hide anything: a deletion
+ * seen across one is not trusted.  Shared waiters, semaphores and queues
+ * with other clients' nodes keep the listing.
+ *
  * Every attempt has a fresh uuid, kept across its retries; a node of the
  * other mode taken while the first is held shares the holder part of the
  * first's uuid (zk_queue.c).  A waiter that must queue again (zk_queue.c)
@@ -45,6 +56,7 @@
 #include "zk_recipe.h"
 #include "zk_session.h"
 #include "zk_shared.h"
+#include "zk_title.h"
 
 /* Ancestors of a lock parent that we may have to create. */
 #define MAX_PATH_DEPTH		32
@@ -78,6 +90,11 @@ typedef struct Acquisition
 	bool		followed;		/* someone queued behind our node */
 	char	   *relisted_for;	/* a semaphore's predecessor ... */
 	int32		relisted_version;	/* ... and data version listed again for */
+	bool		has_other;		/* we have a node of the other mode */
+	uint64		listed_at;		/* connection count as the listing was read */
+	bool		deletion_decides;	/* the watched node's going grants us */
+	ZkRequest  *own_watch;		/* the watch on our own node, if set */
+	bool		own_watched;	/* a watch may be left on our own node */
 } Acquisition;
 
 static void
@@ -255,8 +272,32 @@ new_attempt(Acquisition *acq, const char *owner)
 		snprintf(acq->prefix, sizeof(acq->prefix), "%s/_c_%s-sem%d-",
 				 acq->parent, acq->guid, acq->slots);
 	else
-		snprintf(acq->prefix, sizeof(acq->prefix), "%s/_c_%s-%slock-",
-				 acq->parent, acq->guid, acq->shared ? "read-" : "");
+	{
+		/* Every lock acquisition builds one; snprintf costs more. */
+		size_t		plen = strlen(acq->parent);
+		const char *marker = acq->shared ? "-read-lock-" : "-lock-";
+		char	   *p = acq->prefix;
+
+		Assert(plen + 4 + ZKN_GUID_LEN + strlen(marker) < sizeof(acq->prefix));
+		memcpy(p, acq->parent, plen);
+		p += plen;
+		memcpy(p, "/_c_", 4);
+		p += 4;
+		memcpy(p, acq->guid, ZKN_GUID_LEN);
+		p += ZKN_GUID_LEN;
+		strcpy(p, marker);
+	}
+}
+
+/* Copy a node path the server returned; every acquisition does once. */
+static void
+copy_path(char dest[ZKR_NODE_MAX], const char *path)
+{
+	size_t		len = strlen(path);
+
+	if (len >= ZKR_NODE_MAX)
+		elog(ERROR, "zklock node path too long: \"%s\"", path);
+	memcpy(dest, path, len + 1);
 }
 
 /* Read a child of our parent as a lock's or a semaphore's contender. */
@@ -398,8 +439,7 @@ create_node(Acquisition *acq)
 		rc = acq->create->rc;
 		if (rc == ZOK)
 		{
-			strlcpy(acq->node->path, acq->create->path,
-					sizeof(acq->node->path));
+			copy_path(acq->node->path, acq->create->path);
 			acq->node->czxid = acq->create->stat.czxid;
 			release_request(&acq->create);
 			return true;
@@ -544,6 +584,18 @@ read_czxids(Acquisition *acq, ZkqEntry *entries, int *n, int own)
 	return reading;
 }
 
+/* Are all contenders named as zklock names them (zkn_has_zklock_form)? */
+static bool
+all_zklock_named(const ZkqEntry *entries, int n)
+{
+	int			i;
+
+	for (i = 0; i < n; i++)
+		if (!zkn_has_zklock_form(entries[i].name))
+			return false;
+	return true;
+}
+
 /*
  * From the listing in acq->list, decide by the queue rules (zk_queue.c)
  * whether we hold the lock, must wait (for the nodes whose palloc'd paths
@@ -603,6 +655,9 @@ decide(Acquisition *acq, ZkqVerdict *verdict, char ***watches, int *nwatch,
 		{
 			*verdict = zkq_decide(entries, n, own, by_czxid, watch);
 			*nwatch = *verdict == ZKQ_WAIT ? 1 : 0;
+			acq->deletion_decides = *verdict == ZKQ_WAIT && !acq->shared &&
+				!acq->has_other && all_zklock_named(entries, n) &&
+				zkq_holds_without(entries, n, own, watch[0], by_czxid);
 		}
 		if (*verdict == ZKQ_NO_MEMORY)
 			ereport(ERROR,
@@ -728,6 +783,38 @@ hand_on(Acquisition *acq)
 }
 
 /*
+ * The node we watched is gone: does that grant us the lock?  If the last
+ * listing said so (deletion_decides), no reconnect came since it was read
+ * (the queue may have changed unseen), and the session is connected and
+ * not lost now.  Said at DEBUG2, so a test can tell which way a grant came.
+ */
+static bool
+granted_by_deletion(Acquisition *acq)
+{
+	if (!acq->deletion_decides ||
+		zks_connection_count() != acq->listed_at ||
+		zks_state() != ZKS_CONNECTED)
+		return false;
+	elog(DEBUG2, "zklock node \"%s\" granted by the deletion of the one it watched",
+		 acq->node->path);
+	return true;
+}
+
+/*
+ * Take back the watch we may have left on our own node, before it is
+ * deleted or kept: its going would otherwise wake this backend later, in
+ * whatever wait it is in then.
+ */
+static void
+unwatch_own(Acquisition *acq)
+{
+	release_request(&acq->own_watch);
+	if (acq->own_watched && acq->node->path[0] != '\0')
+		zks_remove_watch(acq->node->path);
+	acq->own_watched = false;
+}
+
+/*
  * Wait in the queue until the queue rules grant us the lock.  Returns
  * false if we may not wait, or at the deadline.
  */
@@ -740,12 +827,17 @@ wait_in_queue(Acquisition *acq, bool wait)
 		int			nwatch;
 		bool		first_waiter;
 		bool		granted_unseen;
+		bool		deleted = false;
 		ZkqVerdict	verdict;
 		uint64		generation;
 		int			rc;
 
 		if (acq->list == NULL)
-			acq->list = zks_take_listing();
+			acq->list = zks_take_listing(&deleted);
+		if (deleted && granted_by_deletion(acq))
+			return true;
+		acq->deletion_decides = false;
+		acq->listed_at = zks_connection_count();
 		if (acq->list == NULL)
 			acq->list = zks_get_children(acq->parent);
 		if (!await_reply(acq, acq->list))
@@ -780,6 +872,7 @@ wait_in_queue(Acquisition *acq, bool wait)
 		{
 			/* A semaphore's first waiter: any holder's going frees a slot. */
 			acq->waited = true;
+			zkti_waiting();
 			zksh_wait_node(acq->node->path);
 			if (!watch_all(acq, watches, nwatch))
 				return false;
@@ -790,6 +883,7 @@ wait_in_queue(Acquisition *acq, bool wait)
 			/* Our old node goes the way of any given up; a new attempt. */
 			acq->waited = true;
 			acq->deadlock_check_at = 0;
+			unwatch_own(acq);
 			if (!zkd_withdraw(&acq->published) ||
 				!zks_delete_later(acq->node->path) ||
 				(acq->reply_lost && !zks_sweep_later(acq->parent, acq->guid)))
@@ -811,14 +905,40 @@ wait_in_queue(Acquisition *acq, bool wait)
 		 * in deadlock detection.
 		 */
 		acq->waited = true;
+		zkti_waiting();
 		if (acq->slots == 0)
 			start_deadlock_timer(acq);
 		zksh_wait_node(acq->node->path);
 		generation = zks_watch_generation();
-		acq->watch = zks_watch_then_list(watches[0], acq->parent);
+		release_request(&acq->own_watch);
+		acq->own_watched |= acq->deletion_decides;
+		acq->watch = zks_watch_then_list(watches[0], acq->parent,
+										 acq->deletion_decides ?
+										 acq->node->path : NULL,
+										 &acq->own_watch);
 		if (!await_reply(acq, acq->watch))
 			return false;
 		rc = acq->watch->rc;
+
+		/* Replies come in order: the one for our own node is in. */
+		if (acq->own_watch)
+		{
+			Assert(acq->own_watch->done);
+			if (acq->own_watch->rc == ZNONODE)
+				report_node_gone(acq);
+			if (acq->own_watch->rc != ZOK)
+				acq->deletion_decides = false;
+			release_request(&acq->own_watch);
+		}
+
+		/* Gone before the watch was set: gone after our listing. */
+		if (rc == ZNONODE && granted_by_deletion(acq))
+		{
+			release_request(&acq->watch);
+			free_watches(watches, nwatch);
+			zks_cancel_listing();
+			return true;
+		}
 
 		/*
 		 * A semaphore's predecessor, which we saw waiting, changes its data
@@ -876,6 +996,7 @@ abandon(Acquisition *acq)
 	release_request(&acq->watch);
 	release_stats(acq);
 	zks_cancel_listing();
+	unwatch_own(acq);
 	for (i = 0; i < acq->npath_creates; i++)
 		release_request(&acq->path_creates[i]);
 	recorded = zkd_withdraw(&acq->published);
@@ -916,6 +1037,7 @@ zkr_acquire(const char *parent, bool shared, int slots,
 	acq->slots = slots;
 	acq->deadline = deadline;
 	acq->data = data;
+	acq->has_other = other_node != NULL;
 	node->path[0] = '\0';
 	/* A second mode's node shares the holder part of the first's uuid. */
 	new_attempt(acq, other_node ? basename_of(other_node) + 3 : NULL);
@@ -929,6 +1051,7 @@ zkr_acquire(const char *parent, bool shared, int slots,
 				ereport(ERROR,
 						(errcode(ERRCODE_OUT_OF_MEMORY),
 						 errmsg("out of memory")));
+			unwatch_own(acq);
 			zks_keep_node(node->path);
 			result = ZKR_GRANTED;
 		}

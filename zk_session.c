@@ -131,16 +131,23 @@ static bool heartbeat_in_flight = false;
  * does not first wait for the backend to wake up.  Armed by
  * zks_watch_then_list; claimed by the watcher, which moves the request to
  * listing_sent and owns the rest; taken by the backend (zks_take_listing).
+ * A waiter whose grant the node's deletion alone decides (zk_recipe.c)
+ * needs no listing then: the watcher only notes the deletion
+ * (watched_deleted).  Such a waiter watches its own node too (own), and
+ * any news of that comes first, in the server's order, and claims the
+ * listing, so a deletion noted is never one that followed our own node's.
  */
 typedef struct PendingListing
 {
 	char	   *watched;
 	char	   *parent;
+	char	   *own;			/* NULL unless the deletion decides */
 	ZkRequest  *listing;
 } PendingListing;
 
 static PendingListing *listing_armed = NULL;
 static ZkRequest *listing_sent = NULL;
+static bool watched_deleted = false;
 
 /*
  * The loss watchdog: a plain thread that keeps the contact clock going and
@@ -181,9 +188,42 @@ static uint32 request_wait_event = PG_WAIT_EXTENSION;	/* for ZooKeeper */
 static WaitEventSet *wait_set = NULL;
 static bool exit_callback_registered = false;
 
+/*
+ * Bumped by every assignment of a setting the session is made with, so
+ * that a lock call compares them only after one may have changed.
+ */
+static uint64 settings_generation = 1;
+
+static bool settings_differ(void);
+
+static void
+settings_assigned(void)
+{
+	settings_generation++;
+}
+
+static void
+string_setting_assigned(const char *newval, void *extra)
+{
+	settings_assigned();
+}
+
+static void
+bool_setting_assigned(bool newval, void *extra)
+{
+	settings_assigned();
+}
+
+static void
+int_setting_assigned(int newval, void *extra)
+{
+	settings_assigned();
+}
+
 /* The settings the open session was made with. */
 typedef struct SessionSettings
 {
+	uint64		generation;		/* settings_generation when last compared */
 	char	   *hosts;
 	char	   *auth;			/* zklock.auth as set */
 	char	   *auth_file;		/* zklock.auth_file as set */
@@ -298,6 +338,8 @@ drain_wake_fd(void)
 }
 
 static void send_claimed_listing(zhandle_t *handle, PendingListing *claimed);
+static void request_free(ZkRequest *req);
+static void pending_listing_free(PendingListing *pending);
 
 static int64
 ms_since(const struct timespec *then, const struct timespec *now)
@@ -358,6 +400,7 @@ session_watcher(zhandle_t *handle, int type, int state, const char *path,
 	bool		reconnected = false;
 	int			timeout = zoo_recv_timeout(handle);
 	PendingListing *claimed = NULL;
+	bool		discard_listing = false;
 
 	/*
 	 * On a reconnect, re-send the deletes that wait for one before the
@@ -381,11 +424,16 @@ session_watcher(zhandle_t *handle, int type, int state, const char *path,
 		return;
 	}
 	if (type != ZOO_SESSION_EVENT && listing_armed != NULL && path != NULL &&
-		strcmp(path, listing_armed->watched) == 0)
+		(strcmp(path, listing_armed->watched) == 0 ||
+		 (listing_armed->own != NULL && strcmp(path, listing_armed->own) == 0)))
 	{
 		claimed = listing_armed;
 		listing_armed = NULL;
-		listing_sent = claimed->listing;
+		if (type == ZOO_DELETED_EVENT && claimed->own != NULL &&
+			strcmp(path, claimed->watched) == 0)
+			watched_deleted = discard_listing = true;
+		else
+			listing_sent = claimed->listing;
 	}
 	if (type == ZOO_SESSION_EVENT)
 	{
@@ -421,7 +469,12 @@ session_watcher(zhandle_t *handle, int type, int state, const char *path,
 	pthread_cond_signal(&watchdog_cond);
 	pthread_mutex_unlock(&zks_mutex);
 
-	if (claimed)
+	if (claimed && discard_listing)
+	{
+		request_free(claimed->listing);
+		pending_listing_free(claimed);
+	}
+	else if (claimed)
 		send_claimed_listing(handle, claimed);
 	wake_backend();
 }
@@ -429,7 +482,7 @@ session_watcher(zhandle_t *handle, int type, int state, const char *path,
 /* Completion callbacks: copy the result out, then mark the request done. */
 
 static void
-request_free(ZkRequest *req)
+request_free_contents(ZkRequest *req)
 {
 	int			i;
 
@@ -438,7 +491,33 @@ request_free(ZkRequest *req)
 	for (i = 0; i < req->nchildren; i++)
 		free(req->children[i]);
 	free(req->children);
+}
+
+static void
+request_free(ZkRequest *req)
+{
+	request_free_contents(req);
 	free(req);
+}
+
+/*
+ * Requests the backend is done with, kept for its next ones: a lock cycle
+ * makes two or three, and malloc's per-thread caches serve them poorly, as
+ * the completion thread frees what it finishes itself.  Backend thread
+ * only.
+ */
+#define SPARE_REQUESTS		4
+static ZkRequest *spare_requests[SPARE_REQUESTS];
+static int	nspare_requests = 0;
+
+static void
+request_recycle(ZkRequest *req)
+{
+	request_free_contents(req);
+	if (nspare_requests < SPARE_REQUESTS)
+		spare_requests[nspare_requests++] = req;
+	else
+		free(req);
 }
 
 static void
@@ -546,8 +625,15 @@ children_done(int rc, const struct String_vector *strings,
 static ZkRequest *
 request_new(bool via_leader)
 {
-	ZkRequest  *req = calloc(1, sizeof(ZkRequest));
+	ZkRequest  *req;
 
+	if (nspare_requests > 0)
+	{
+		req = spare_requests[--nspare_requests];
+		memset(req, 0, sizeof(ZkRequest));
+	}
+	else
+		req = calloc(1, sizeof(ZkRequest));
 	if (req == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
@@ -728,6 +814,7 @@ pending_listing_free(PendingListing *pending)
 {
 	free(pending->watched);
 	free(pending->parent);
+	free(pending->own);
 	free(pending);
 }
 
@@ -766,20 +853,26 @@ send_claimed_listing(zhandle_t *handle, PendingListing *claimed)
 
 /*
  * Watch a node as zks_watch_data does, and have the watcher list parent as
- * soon as the node changes or goes.  The backend picks that listing up with
- * zks_take_listing once the watch generation moves.
+ * soon as the node changes or goes.  With own (the waiter's node, for a
+ * waiter whose grant the watched node's deletion decides), watch that too,
+ * first, its request in *own_watch; then the watcher lists on any news of
+ * own, and on the watched node's deletion only notes it.  The backend picks
+ * up either with zks_take_listing once the watch generation moves.
  */
 ZkRequest *
-zks_watch_then_list(const char *watched, const char *parent)
+zks_watch_then_list(const char *watched, const char *parent, const char *own,
+					ZkRequest **own_watch)
 {
-	PendingListing *pending = malloc(sizeof(PendingListing));
+	PendingListing *pending = calloc(1, sizeof(PendingListing));
 
 	if (pending != NULL)
 	{
 		pending->watched = strdup(watched);
 		pending->parent = strdup(parent);
+		pending->own = own ? strdup(own) : NULL;
 		pending->listing = calloc(1, sizeof(ZkRequest));
-		if (!pending->watched || !pending->parent || !pending->listing)
+		if (!pending->watched || !pending->parent || !pending->listing ||
+			(own && !pending->own))
 		{
 			free(pending->listing);
 			pending_listing_free(pending);
@@ -794,15 +887,18 @@ zks_watch_then_list(const char *watched, const char *parent)
 	pthread_mutex_lock(&zks_mutex);
 	listing_armed = pending;
 	pthread_mutex_unlock(&zks_mutex);
+	if (own)
+		*own_watch = zks_watch_data(own);
 	return zks_watch_data(watched);
 }
 
 /*
  * The listing the watcher sent (in flight, or finished), or NULL if it sent
- * none; either way nothing stays armed.
+ * none; *deleted says whether, instead, it saw the watched node go for a
+ * waiter whose grant that decides.  Either way nothing stays armed.
  */
 ZkRequest *
-zks_take_listing(void)
+zks_take_listing(bool *deleted)
 {
 	PendingListing *unsent;
 	ZkRequest  *sent;
@@ -812,6 +908,8 @@ zks_take_listing(void)
 	listing_armed = NULL;
 	sent = listing_sent;
 	listing_sent = NULL;
+	*deleted = watched_deleted;
+	watched_deleted = false;
 	pthread_mutex_unlock(&zks_mutex);
 	if (unsent)
 	{
@@ -824,7 +922,9 @@ zks_take_listing(void)
 void
 zks_cancel_listing(void)
 {
-	zks_release_request(zks_take_listing());
+	bool		deleted;
+
+	zks_release_request(zks_take_listing(&deleted));
 }
 
 /*
@@ -844,7 +944,7 @@ zks_release_request(ZkRequest *req)
 		req->abandoned = true;
 	pthread_mutex_unlock(&zks_mutex);
 	if (free_now)
-		request_free(req);
+		request_recycle(req);
 }
 
 /* Milliseconds left until deadline (0: none, -1 returned), capped. */
@@ -1533,7 +1633,7 @@ zks_define_settings(void)
 							   "",
 							   PGC_SUSET,
 							   0,
-							   NULL, NULL, NULL);
+							   NULL, string_setting_assigned, NULL);
 	DefineCustomStringVariable("zklock.auth",
 							   "Sets the ZooKeeper digest credentials, \"user:password\", of each session.",
 							   "When set, zklock's nodes are created with the creator-all ACL.  Its value is never shown; zklock.auth_file keeps it out of the settings altogether.",
@@ -1541,7 +1641,7 @@ zks_define_settings(void)
 							   "",
 							   PGC_SUSET,
 							   GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
-							   check_auth, NULL, show_auth);
+							   check_auth, string_setting_assigned, show_auth);
 	DefineCustomStringVariable("zklock.auth_file",
 							   "Sets the file that holds the ZooKeeper digest credentials, \"user:password\" on its first line.",
 							   "It must be owned by the server's user and readable by no one else.  Read when a session is opened.",
@@ -1549,7 +1649,7 @@ zks_define_settings(void)
 							   "",
 							   PGC_SUSET,
 							   0,
-							   NULL, NULL, NULL);
+							   NULL, string_setting_assigned, NULL);
 	DefineCustomBoolVariable("zklock.world_readable",
 							 "Sets whether, with zklock.auth, anyone may read zklock's nodes (not change them).",
 							 NULL,
@@ -1557,7 +1657,7 @@ zks_define_settings(void)
 							 false,
 							 PGC_SUSET,
 							 0,
-							 NULL, NULL, NULL);
+							 NULL, bool_setting_assigned, NULL);
 	DefineCustomStringVariable("zklock.tls_ca",
 							   "Sets the file of the CA certificate (PEM) that signed the ZooKeeper servers' certificates.",
 							   "With zklock.tls_cert and zklock.tls_key, sessions use TLS, trusting this CA only.  Needs a TLS-capable build.",
@@ -1565,7 +1665,7 @@ zks_define_settings(void)
 							   "",
 							   PGC_SUSET,
 							   0,
-							   NULL, NULL, NULL);
+							   NULL, string_setting_assigned, NULL);
 	DefineCustomStringVariable("zklock.tls_cert",
 							   "Sets the file of the client certificate (PEM, with its chain) that sessions present to ZooKeeper.",
 							   NULL,
@@ -1573,7 +1673,7 @@ zks_define_settings(void)
 							   "",
 							   PGC_SUSET,
 							   0,
-							   NULL, NULL, NULL);
+							   NULL, string_setting_assigned, NULL);
 	DefineCustomStringVariable("zklock.tls_key",
 							   "Sets the file of the client certificate's private key (PEM).",
 							   "It must be owned by the server's user and readable by no one else.",
@@ -1581,7 +1681,7 @@ zks_define_settings(void)
 							   "",
 							   PGC_SUSET,
 							   0,
-							   NULL, NULL, NULL);
+							   NULL, string_setting_assigned, NULL);
 	DefineCustomStringVariable("zklock.tls_key_password",
 							   "Sets the password of zklock.tls_key, if it is encrypted.",
 							   "Its value is never shown.",
@@ -1589,7 +1689,7 @@ zks_define_settings(void)
 							   "",
 							   PGC_SUSET,
 							   GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
-							   NULL, NULL, show_tls_key_password);
+							   NULL, string_setting_assigned, show_tls_key_password);
 	DefineCustomIntVariable("zklock.session_timeout",
 							"Sets the ZooKeeper session timeout that each backend asks for.",
 							"The ensemble may clamp it.  Takes effect when the backend next opens a session.",
@@ -1597,7 +1697,7 @@ zks_define_settings(void)
 							10000, 1000, 600000,
 							PGC_SUSET,
 							GUC_UNIT_MS,
-							NULL, NULL, NULL);
+							NULL, int_setting_assigned, NULL);
 	DefineCustomIntVariable("zklock.connect_timeout",
 							"Sets how long a lock call waits for ZooKeeper to answer before it fails.",
 							NULL,
@@ -1614,7 +1714,8 @@ zks_define_settings(void)
 							 client_log_levels,
 							 PGC_SUSET,
 							 0,
-							 NULL, NULL, NULL);
+							 NULL, int_setting_assigned, NULL);
+
 }
 
 static const char *
@@ -1898,18 +1999,31 @@ zks_is_open(void)
 	return zks_zh != NULL;
 }
 
-/* Would opening a session now use other settings than the open one? */
+/*
+ * Would opening a session now use other settings than the open one?
+ * Compared only after a setting was assigned since the last comparison.
+ */
 bool
 zks_settings_changed(void)
 {
-	return zks_zh != NULL &&
-		(strcmp(opened.hosts, zklock_hosts ? zklock_hosts : "") != 0 ||
-		 strcmp(opened.auth, zklock_auth ? zklock_auth : "") != 0 ||
-		 strcmp(opened.auth_file, zklock_auth_file ? zklock_auth_file : "") != 0 ||
-		 strcmp(opened.tls, tls_settings()) != 0 ||
-		 opened.world_readable != zklock_world_readable ||
-		 opened.session_timeout != zklock_session_timeout ||
-		 opened.client_log_level != zklock_client_log_level);
+	if (zks_zh == NULL || opened.generation == settings_generation)
+		return false;
+	if (settings_differ())
+		return true;
+	opened.generation = settings_generation;
+	return false;
+}
+
+static bool
+settings_differ(void)
+{
+	return strcmp(opened.hosts, zklock_hosts ? zklock_hosts : "") != 0 ||
+		strcmp(opened.auth, zklock_auth ? zklock_auth : "") != 0 ||
+		strcmp(opened.auth_file, zklock_auth_file ? zklock_auth_file : "") != 0 ||
+		strcmp(opened.tls, tls_settings()) != 0 ||
+		opened.world_readable != zklock_world_readable ||
+		opened.session_timeout != zklock_session_timeout ||
+		opened.client_log_level != zklock_client_log_level;
 }
 
 int64
@@ -2224,6 +2338,7 @@ zks_open(void)
 		opened.session_timeout = zklock_session_timeout;
 		opened.client_log_level = zklock_client_log_level;
 		opened.world_readable = zklock_world_readable;
+		opened.generation = settings_generation;
 		session_id = 0;
 		authenticate();
 	}
@@ -2446,14 +2561,8 @@ janitor_kick(zhandle_t *handle)
 {
 	JanitorTask *to_send[JANITOR_BATCH];
 	JanitorTask *task;
-	int			rounds;
+	int			rounds = 0;
 	int			n;
-
-	/* One pass over the list; a task replaced on the way waits for the next. */
-	pthread_mutex_lock(&zks_mutex);
-	for (rounds = 1, n = 0, task = janitor_tasks; task; task = task->next)
-		rounds += (++n % (int) lengthof(to_send)) == 0;
-	pthread_mutex_unlock(&zks_mutex);
 
 	do
 	{
@@ -2461,6 +2570,11 @@ janitor_kick(zhandle_t *handle)
 
 		n = 0;
 		pthread_mutex_lock(&zks_mutex);
+		/* One pass over the list; a task replaced on the way waits. */
+		if (rounds == 0)
+			for (rounds = 1, task = janitor_tasks; task; task = task->next)
+				rounds += (++n % (int) lengthof(to_send)) == 0;
+		n = 0;
 		for (task = janitor_tasks; task && n < (int) lengthof(to_send);
 			 task = task->next)
 		{

@@ -105,8 +105,9 @@ zks_is_retryable(int rc)
 }
 
 extern void zks_define_settings(void);
-extern ZkRequest *zks_watch_then_list(const char *watched, const char *parent);
-extern ZkRequest *zks_take_listing(void);
+extern ZkRequest *zks_watch_then_list(const char *watched, const char *parent,
+									  const char *own, ZkRequest **own_watch);
+extern ZkRequest *zks_take_listing(bool *deleted);
 extern void zks_cancel_listing(void);
 extern bool zks_await(ZkRequest *req, TimestampTz deadline);
 extern void zks_release_request(ZkRequest *req);

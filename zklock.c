@@ -11,11 +11,12 @@
  * Each has a _shared variant; a backend's holds of the two modes of a name
  * never conflict with each other, only with other clients'.
  *
- * This file reads arguments (zk_args.c), keeps the process title, counts
- * acquisitions and waits (zk_shared.c), opens the session when a call
- * needs one, and asks the hold table (zk_holds.c) for holds; the hold
- * table runs the recipe (zk_recipe.c), which talks to the session
- * (zk_session.c).  README.md, Layout, draws the whole structure.
+ * This file reads arguments (zk_args.c), words the process title for a
+ * wait (zk_title.c), counts acquisitions and waits (zk_shared.c), opens
+ * the session when a call needs one, and asks the hold table (zk_holds.c)
+ * for holds; the hold table runs the recipe (zk_recipe.c), which talks to
+ * the session (zk_session.c).  README.md, Layout, draws the whole
+ * structure.
  *
  * Rules that hold throughout:
  *	- Nothing of PostgreSQL runs on a ZooKeeper client thread.
@@ -38,7 +39,6 @@
 #include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
-#include "utils/ps_status.h"
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
 
@@ -49,6 +49,7 @@
 #include "zk_session.h"
 #include "zk_shared.h"
 #include "zk_text.h"
+#include "zk_title.h"
 
 PG_MODULE_MAGIC;
 
@@ -196,34 +197,6 @@ wait_for_grant(const char *parent, const char *name, LockMode mode, int slots,
 	return result == ZKR_GRANTED;
 }
 
-/* The process title says which lock a backend waits for, as for others. */
-static char *
-show_waiting(const char *name, bool shared, bool semaphore)
-{
-	int			len;
-	const char *activity = get_ps_display(&len);
-	char	   *saved = pnstrdup(activity, len);
-
-	if (update_process_title)
-	{
-		char	   *title = psprintf("%s waiting for zklock %s\"%s\"%s", saved,
-									 semaphore ? "semaphore " : "", name,
-									 shared ? " (shared)" : "");
-
-		set_ps_display(title);
-		pfree(title);
-	}
-	return saved;
-}
-
-static void
-end_waiting(char *saved)
-{
-	if (update_process_title)
-		set_ps_display(saved);
-	pfree(saved);
-}
-
 /*
  * Take one hold on the lock under parent in the given mode, or with
  * slots > 0 one slot of the semaphore of that size under parent.  A lock
@@ -234,7 +207,6 @@ acquire_name(const char *parent, const char *name, LockMode mode, int slots,
 			 HoldScope scope, int64 timeout_ms)
 {
 	bool		semaphore = slots > 0;
-	char	   *saved_title;
 	bool		granted = false;
 	MemoryContext context = CurrentMemoryContext;
 
@@ -247,7 +219,7 @@ acquire_name(const char *parent, const char *name, LockMode mode, int slots,
 	}
 
 	zks_open();
-	saved_title = show_waiting(name, mode == MODE_SHARED, semaphore);
+	zkti_prepare(name, mode == MODE_SHARED, semaphore);
 	PG_TRY();
 	{
 		granted = wait_for_grant(parent, name, mode, slots, scope, timeout_ms);
@@ -256,7 +228,7 @@ acquire_name(const char *parent, const char *name, LockMode mode, int slots,
 	{
 		MemoryContextSwitchTo(context);
 		disable_timeout(LOCK_TIMEOUT, false);
-		end_waiting(saved_title);
+		zkti_done();
 		zksh_count(parent, semaphore, ZKSH_CANCELLATIONS, 1);
 
 		/*
@@ -275,7 +247,7 @@ acquire_name(const char *parent, const char *name, LockMode mode, int slots,
 	}
 	PG_END_TRY();
 
-	end_waiting(saved_title);
+	zkti_done();
 	if (granted)
 		zksh_count(parent, semaphore, ZKSH_ACQUISITIONS, 1);
 	return granted;

@@ -2,15 +2,18 @@
 #
 # Clients on two clusters take one lock, exclusive and shared, at session
 # and transaction level, and one semaphore of 2 slots, beside a kazoo Lock
-# on the same lock; each records every hold (test/tools/history_check.pl
-# says how) while the leader is killed and restarted, a follower and the
-# leader are paused past syncLimit x tickTime, a holder's backend is frozen
-# past the session timeout while its job goes on, one client's connection
-# is cut through the proxy, and a holder's session is expired.  The checker
-# then requires that no two vouched holds overlap beyond the mode, that
-# fencing tokens grow in grant order, that no hold frozen past the session
-# timeout was vouched for, and that every client made progress once the
-# faults stopped; and, with every session still open, no node is left.
+# on the same lock, and two more clients on a second lock; each records
+# every hold (test/tools/history_check.pl says how) while the leader is
+# killed and restarted, a follower and the leader are paused past
+# syncLimit x tickTime, a holder's backend is frozen past the session
+# timeout while its job goes on, one client's connection is cut through
+# the proxy, and a holder's session is expired.  The checker then requires
+# that no two vouched holds overlap beyond the mode, that fencing tokens
+# grow in grant order, that no hold frozen past the session timeout was
+# vouched for, and that every client made progress once the faults
+# stopped; and, with every session still open, no node is left.  Some
+# handoffs must have been granted by the predecessor's deletion alone
+# (zk_recipe.c), so that rule is among what the history proves.
 #
 # ZKLOCK_HISTORY_SECONDS sets the length of the run (default 60): the
 # faults repeat, in turn, until the last 12 seconds, which are quiet.
@@ -32,6 +35,7 @@ my $quiet_seconds = 12;
 my $session_timeout = 6;
 my $root = '/zklock_t016';
 my $lock = 'h';
+my $pair_lock = 'hp';
 my $semaphore = 'hs';
 my $slots = 2;
 
@@ -73,7 +77,11 @@ my %clients = (
 	'west-x-session' => [ $west, 'exclusive', 'session' ],
 	'west-x-xact-proxied' => [ $west, 'exclusive', 'xact', "127.0.0.1:$proxy_port" ],
 	'west-s-xact' => [ $west, 'shared', 'xact' ],
-	'west-slot-xact' => [ $west, 'slot', 'xact' ]);
+	'west-slot-xact' => [ $west, 'slot', 'xact' ],
+	# Two exclusive clients alone on a lock of their own: each usually
+	# queues behind the other's hold alone, and is granted by its deletion.
+	'east-pair-session' => [ $east, 'pair', 'session' ],
+	'west-pair-xact' => [ $west, 'pair', 'xact' ]);
 
 # The SQL of each mode at each scope: acquire (with a timeout), token,
 # release (session level).
@@ -88,6 +96,11 @@ my %sql = (
 		xact => "SELECT zk_xact_lock_shared('$lock', '3s')",
 		token => "SELECT zk_lock_token('$lock')",
 		release => "SELECT zk_unlock_shared('$lock')" },
+	pair => {
+		session => "SELECT zk_lock('$pair_lock', '3s')",
+		xact => "SELECT zk_xact_lock('$pair_lock', '3s')",
+		token => "SELECT zk_lock_token('$pair_lock')",
+		release => "SELECT zk_unlock('$pair_lock')" },
 	slot => {
 		session => "SELECT zk_semaphore_acquire('$semaphore', $slots, '3s')",
 		xact => "SELECT zk_xact_semaphore_acquire('$semaphore', $slots, '3s')",
@@ -99,8 +112,9 @@ sub one_hold
 {
 	my ($dbh, $client, $mode, $scope, $pid) = @_;
 	my $s = $sql{$mode};
-	my $res = $mode eq 'slot' ? $semaphore : $lock;
-	my %h = (client => $client, pid => $pid, res => $res, mode => $mode,
+	my $res = $mode eq 'slot' ? $semaphore : $mode eq 'pair' ? $pair_lock : $lock;
+	my %h = (client => $client, pid => $pid, res => $res,
+		mode => $mode eq 'pair' ? 'exclusive' : $mode,
 		slots => $mode eq 'slot' ? $slots : 0, w => 0, wdone => 0, wok => 0,
 		rel => 0, reldone => 0, relok => 0);
 	$dbh->begin_work if $scope eq 'xact';
@@ -160,6 +174,9 @@ sub sql_worker
 					{ AutoCommit => 1, RaiseError => 1, PrintError => 0 });
 				$d->do("SET statement_timeout = '30s'");
 				$d->do("SET client_min_messages = error");
+				# Handoffs granted by a deletion alone are counted from
+				# the server logs.
+				$d->do("SET log_min_messages = debug2");
 				$d->do("SET zklock.hosts = '$hosts'") if $hosts;
 				$d;
 			};
@@ -329,5 +346,9 @@ diag($stdout . $stderr);
 is($status, 0, 'the checker finds no violation in the history');
 my ($holds) = $stdout =~ /history: (\d+) vouched holds/;
 cmp_ok($holds // 0, '>', 50, 'over a history of some length');
+my $by_deletion = () = (slurp_file($east->logfile) . slurp_file($west->logfile))
+  =~ /granted by the deletion of the one it watched/g;
+diag("handoffs granted by a deletion alone: $by_deletion");
+cmp_ok($by_deletion, '>', 0, 'with handoffs granted by a deletion alone among them');
 
 done_testing();

@@ -14,9 +14,9 @@ use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(zk_cluster zk_session zk_children zk_contenders
   zk_wait_contenders zk_get wait_until wait_for_zk_wait still_waiting
-  send_query run_sql await_output zk_ensemble start_peer peer_send
-  peer_expect peer_silent peer_quit zk_session_last_xid zk_lock_nodes
-  no_node_left);
+  send_query run_sql await_output await_output_and_stderr zk_ensemble
+  start_peer peer_send peer_expect peer_silent peer_quit zk_session_last_xid
+  zk_lock_nodes no_node_left);
 
 # The ensemble the helpers look at; a test with an ensemble of its own may
 # point them there.
@@ -88,6 +88,14 @@ my $pg_error_re = qr/(?:^|: )(?:ERROR|FATAL|PANIC):  /m;
 sub await_output
 {
 	my ($session, $re) = @_;
+	my ($ok) = await_output_and_stderr($session, $re);
+	return $ok;
+}
+
+# As await_output, and what came on stderr too (notices, say).
+sub await_output_and_stderr
+{
+	my ($session, $re) = @_;
 	$session->{timeout}->start();
 	$session->{run}->pump()
 	  until $session->{stdout} =~ $re
@@ -107,7 +115,7 @@ sub await_output
 	diag("waiting for $re, got:\n$errors") if !$ok;
 	$session->{stdout} = '';
 	$session->{stderr} = '';
-	return $ok;
+	return ($ok, $errors);
 }
 
 # Run test/tools/zkinspect.py; any failure, a missing node included, dies.

@@ -197,6 +197,22 @@ test_queue(void)
 	expect(&l, "e", "d", "reader behind the second writer");
 	CHECK(holders(&l) == 1, "one writer holds");
 
+	/* Whether the watched node's going alone grants the waiter. */
+	CHECK(zkq_holds_without(l.entries, l.n, find(&l, "d"), find(&l, "c"),
+							false) == false,
+		  "a writer behind three: its predecessor's going does not decide");
+	make_listing(&l, (const char *const[]) {
+		"a-lock-0000000002 3", "d-lock-0000000005 6", NULL});
+	CHECK(zkq_holds_without(l.entries, l.n, find(&l, "d"), find(&l, "a"),
+							false),
+		  "second in the queue: the head's going grants it");
+	make_listing(&l, (const char *const[]) {
+		"a-read-lock-0000000002 3", "b-read-lock-0000000003 4",
+		"d-lock-0000000005 6", NULL});
+	CHECK(!zkq_holds_without(l.entries, l.n, find(&l, "d"), find(&l, "b"),
+							 false),
+		  "behind two readers: one reader's going does not decide");
+
 	/* Listing order is not queue order. */
 	make_listing(&l, (const char *const[]) {
 		"z-read-lock-0000000009 9", "y-read-lock-0000000001 1", NULL});
@@ -358,8 +374,11 @@ test_queue(void)
  * gives up its second node's wait or ends one of its holds, keeping its
  * first node while its second hold lasts (zk_holds.c).  A node evaluates
  * the listing when it is created and again only when the node it watches
- * goes, as a ZooKeeper watch fires; one the rules let through holds until
- * it goes, one that must queue again is created anew at the end.
+ * goes, as a ZooKeeper watch fires, or, when its last evaluation said the
+ * watched node's going alone decides (zkq_holds_without, as zk_recipe.c
+ * uses it), holds as it goes, without evaluating; one the rules let
+ * through holds until it goes, one that must queue again is created anew
+ * at the end.
  *
  * Checked in every state: no two clients hold in conflicting modes, and no
  * waits form a cycle through a one-node client (two-node clients that both
@@ -385,6 +404,7 @@ typedef struct McNode
 	bool		gone;
 	bool		holds;
 	bool		kept;			/* its hold ended, the node kept in place */
+	bool		deletion_decides;	/* its watched node's going grants it */
 	int			watch;			/* the node it waits for, or MC_NONE */
 	int			attempt;		/* how often it queued */
 } McNode;
@@ -459,7 +479,8 @@ mc_visit(const McCase *c)
 	int			i;
 
 	for (i = 0; i < c->n; i++)
-		key = key << 10 | (uint64_t) ((c->nodes[i].rank + 1) << 6 |
+		key = key << 10 | (uint64_t) ((c->nodes[i].rank + 1) << 7 |
+									  c->nodes[i].deletion_decides << 6 |
 									  c->nodes[i].watch << 3 |
 									  c->nodes[i].holds << 2 |
 									  c->nodes[i].kept << 1 | c->nodes[i].gone);
@@ -528,13 +549,15 @@ mc_evaluate_node(McCase *c, int i)
 	int			m = mc_listing(c, entries, names, index);
 	int			own = -1;
 	int			watch = -1;
+	bool		by_czxid;
 	int			k;
 
 	for (k = 0; k < m; k++)
 		if (index[k] == i)
 			own = k;
-	switch (zkq_decide(entries, m, own,
-					   zkq_needs_czxid(entries, m, mc_creates), &watch))
+	by_czxid = zkq_needs_czxid(entries, m, mc_creates);
+	c->nodes[i].deletion_decides = false;
+	switch (zkq_decide(entries, m, own, by_czxid, &watch))
 	{
 		case ZKQ_HOLDS:
 			c->nodes[i].holds = true;
@@ -542,6 +565,10 @@ mc_evaluate_node(McCase *c, int i)
 			break;
 		case ZKQ_WAIT:
 			c->nodes[i].watch = index[watch];
+			/* As zk_recipe.c: exclusive, and no other node of its own. */
+			c->nodes[i].deletion_decides = !c->nodes[i].shared &&
+				i != c->second[0] && i != c->second[1] &&
+				zkq_holds_without(entries, m, own, watch, by_czxid);
 			break;
 		case ZKQ_REQUEUE:
 			/* Its old node goes, which fires the watches on it. */
@@ -575,7 +602,14 @@ mc_wake(McCase *c)
 			if (mc_live(node) && !node->holds && node->watch != MC_NONE &&
 				(node->watch == MC_FIRED || !mc_live(&c->nodes[node->watch])))
 			{
-				mc_evaluate_node(c, i);
+				/* Granted by the deletion alone, without a listing. */
+				if (node->deletion_decides)
+				{
+					node->holds = true;
+					node->watch = MC_NONE;
+				}
+				else
+					mc_evaluate_node(c, i);
 				again = true;
 			}
 		}

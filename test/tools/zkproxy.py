@@ -18,6 +18,12 @@ and, on the next create of a published wait (a path containing "%waits/"):
 
   drop-wait-create-reply  as drop-create-reply
 
+and, on the next watch notification the server sends:
+
+  drop-notification    drop the connection instead of passing it on: the
+                       client hears of the change only from the server it
+                       reconnects to
+
 and one fault stays armed while its file exists:
 
   blackhole            forward nothing in either direction, on open
@@ -39,6 +45,7 @@ import threading
 import time
 
 CREATE_OPS = {1, 15, 19, 21}  # create, create2, createContainer, createTTL
+NOTIFICATION_XID = -1
 
 
 def read_exact(sock, n):
@@ -133,6 +140,8 @@ class Connection:
                     continue
                 (xid,) = struct.unpack(">i", body[:4])
                 if self.drop_xid is not None and xid == self.drop_xid:
+                    raise EOFError
+                if xid == NOTIFICATION_XID and take_fault(self.control, "drop-notification"):
                     raise EOFError
                 self.client.sendall(frame(body))
                 note_reply(self.control)
