@@ -331,7 +331,8 @@ zkq_decide(const ZkqEntry *entries, int n, int own, bool by_czxid,
  * Will the contender at own hold the lock once the one at gone is deleted,
  * whatever else happens meanwhile?  So if, without gone, nothing stands
  * ahead of own that it waits for.  Nothing created later can then stand
- * ahead of it: contenders stand in creation order, and a later node of a
+ * ahead of it: contenders stand in creation order (for nodes the server
+ * numbered; one named by hand is the caller's concern), and a later node of a
  * holder takes its earlier node's place only while that earlier node is
  * there, which it stays while the later one is held (zk_holds.c).  For an
  * exclusive contender with no other node of its own (the caller's part);

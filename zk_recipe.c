@@ -27,7 +27,12 @@
  * node too, before the predecessor, so the news of its going comes first
  * and forces the listing.  And a reconnect may hide anything: a deletion
  * seen across one is not trusted.  Shared waiters, semaphores and queues
- * with other clients' nodes keep the listing.
+ * with other clients' nodes keep the listing.  The rule trusts the server's
+ * numbering: a node made by hand after our listing with a name in zklock's
+ * form and a number the server did not give (or a marker and no number)
+ * is not seen until the next listing.  Only a client that may write under
+ * the lock's parent can make one, and such a client can break any lock by
+ * deleting its holder's node (README, Security).
  *
  * Every attempt has a fresh uuid, kept across its retries; a node of the
  * other mode taken while the first is held shares the holder part of the
@@ -434,7 +439,12 @@ create_node(Acquisition *acq)
 		acq->create = zks_create(acq->prefix, acq->data, strlen(acq->data),
 								 ZOO_EPHEMERAL_SEQUENTIAL);
 		acq->list = zks_get_children(acq->parent);
-		if (!await_reply(acq, acq->create))
+
+		/*
+		 * Replies come in order, so awaiting the listing's first saves a
+		 * second wake-up when the two arrive apart.
+		 */
+		if (!await_reply(acq, acq->list) || !await_reply(acq, acq->create))
 			return false;
 		rc = acq->create->rc;
 		if (rc == ZOK)
@@ -803,7 +813,10 @@ granted_by_deletion(Acquisition *acq)
 /*
  * Take back the watch we may have left on our own node, before it is
  * deleted or kept: its going would otherwise wake this backend later, in
- * whatever wait it is in then.
+ * whatever wait it is in then.  A watch whose reply is still in flight
+ * cannot be taken back (the library registers it when the reply comes);
+ * it costs that later wait one spurious wake-up, nothing else, since no
+ * later acquisition watches or owns the same path.
  */
 static void
 unwatch_own(Acquisition *acq)
@@ -837,7 +850,6 @@ wait_in_queue(Acquisition *acq, bool wait)
 		if (deleted && granted_by_deletion(acq))
 			return true;
 		acq->deletion_decides = false;
-		acq->listed_at = zks_connection_count();
 		if (acq->list == NULL)
 			acq->list = zks_get_children(acq->parent);
 		if (!await_reply(acq, acq->list))
@@ -912,6 +924,12 @@ wait_in_queue(Acquisition *acq, bool wait)
 		generation = zks_watch_generation();
 		release_request(&acq->own_watch);
 		acq->own_watched |= acq->deletion_decides;
+
+		/*
+		 * Read before the watches are set: a reconnect after this may
+		 * re-fire their events out of order, and changes the count.
+		 */
+		acq->listed_at = zks_connection_count();
 		acq->watch = zks_watch_then_list(watches[0], acq->parent,
 										 acq->deletion_decides ?
 										 acq->node->path : NULL,
@@ -931,13 +949,22 @@ wait_in_queue(Acquisition *acq, bool wait)
 			release_request(&acq->own_watch);
 		}
 
-		/* Gone before the watch was set: gone after our listing. */
-		if (rc == ZNONODE && granted_by_deletion(acq))
+		/*
+		 * Gone before the watch was set: gone after our listing.  Unless
+		 * the news of our own node's going took the armed listing first:
+		 * then that listing decides.
+		 */
+		if (rc == ZNONODE && acq->deletion_decides)
 		{
-			release_request(&acq->watch);
-			free_watches(watches, nwatch);
-			zks_cancel_listing();
-			return true;
+			bool		stale_deletion;
+
+			acq->list = zks_take_listing(&stale_deletion);
+			if (acq->list == NULL && granted_by_deletion(acq))
+			{
+				release_request(&acq->watch);
+				free_watches(watches, nwatch);
+				return true;
+			}
 		}
 
 		/*

@@ -328,13 +328,14 @@ wake_backend(void)
 	rc = write(wake_fd, &one, sizeof(one));
 }
 
+/* One read empties an eventfd: it returns the count and sets it to zero. */
 static void
 drain_wake_fd(void)
 {
 	uint64		count;
+	ssize_t		rc pg_attribute_unused();
 
-	while (read(wake_fd, &count, sizeof(count)) > 0)
-		;
+	rc = read(wake_fd, &count, sizeof(count));
 }
 
 static void send_claimed_listing(zhandle_t *handle, PendingListing *claimed);

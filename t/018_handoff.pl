@@ -113,6 +113,28 @@ my ($out, $stderr);
 	run_sql($b, "SELECT zk_unlock('upgrade'), zk_unlock_shared('upgrade')");
 }
 
+# --- the holder takes the other mode too: its first node stays -----------
+#
+# B listed the queue with only A's exclusive node ahead, so that node's
+# deletion alone would grant it.  A then takes the name shared as well: its
+# second node stands in the first's place, and A keeps the first node until
+# it holds neither mode (zk_holds.c).  Releasing the exclusive hold deletes
+# nothing, and B waits on while A reads.
+{
+	run_sql($a, "SELECT zk_lock('both')");
+	queue($b, "SELECT 'b holds' FROM zk_lock('both')", 'both', 2);
+	run_sql($a, "SELECT zk_lock_shared('both')");
+	ok(zk_wait_contenders("$root/both", 3), 'both: the holder has a node of each mode');
+	run_sql($a, "SELECT zk_unlock('both')");
+	ok(still_waiting($node, $b, qr/b holds/),
+		'both: the waiter waits on while the holder still reads');
+	ok(zk_wait_contenders("$root/both", 3), 'both: the holder kept its first node');
+	run_sql($a, "SELECT zk_unlock_shared('both')");
+	granted($b, 'b holds', 'both: once the holder lets go of both modes');
+	run_sql($b, "SELECT zk_unlock('both')");
+	ok(zk_wait_contenders("$root/both", 0), 'both: no node left');
+}
+
 # --- another client's node ahead: the listing is kept -------------------
 {
 	my $peer = start_peer('kazoo', "$root/mixed");
