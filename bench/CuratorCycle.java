@@ -10,8 +10,8 @@
  * line:
  *
  *   run N WARMUP [H]  open a new session to H (default HOSTS; the
- *                  ZooKeeper client picks one of its servers at random, as
- *                  every zklock backend's session does), run WARMUP
+ *                  benchmark gives the one server the repeat pins every
+ *                  client to), run WARMUP
  *                  untimed acquire+release cycles of a
  *                  new InterProcessMutex on LOCKPATH, then N timed ones,
  *                  close the session and print

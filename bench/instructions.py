@@ -58,24 +58,37 @@ def single_user(script, valgrind_args=None, timeout=900, options=()):
                  % (p.stdout[-2000:], p.stderr[-2000:]))
 
 
-def self_cost_by_object(path):
-    """Instructions per object file, each function's own (not its callees')."""
-    names = {}
+def self_costs(path):
+    """Instructions per object file and per (object, source file), each
+    function's own (not its callees'); inlined code counts for the file it
+    was inlined from."""
+    names = {"ob": {}, "fl": {}}
     costs = {}
+    by_file = {}
     current = None
+    fn_file = file = None
     skip_next = False
     with open(path) as f:
         for line in f:
-            if line.startswith(("ob=", "cob=")):
-                # Names are compressed: "(id) name" the first time, "(id)" after.
-                key, value = line.strip().split("=", 1)
+            key = line.split("=", 1)[0]
+            if key in ("ob", "cob", "fl", "fi", "fe", "cfi", "cfl"):
+                # Names are compressed: "(id) name" the first time, "(id)" after;
+                # the object keys share one table, the file keys another.
+                table = names["ob" if key in ("ob", "cob") else "fl"]
+                value = line.strip().split("=", 1)[1]
                 m = re.match(r"\((\d+)\)(?: (.*))?", value)
                 if m:
                     if m.group(2):
-                        names[m.group(1)] = m.group(2)
-                    value = names[m.group(1)]
+                        table[m.group(1)] = m.group(2)
+                    value = table[m.group(1)]
                 if key == "ob":
                     current = value
+                elif key == "fl":
+                    fn_file = file = value
+                elif key in ("fi", "fe"):
+                    file = value
+            elif key == "fn":
+                file = fn_file
             elif line.startswith("calls="):
                 skip_next = True
             elif line[:1].isdigit() or line[:1] in "+-*":
@@ -85,7 +98,9 @@ def self_cost_by_object(path):
                 fields = line.split()
                 if len(fields) >= 2 and current is not None:
                     costs[current] = costs.get(current, 0) + int(fields[1])
-    return costs
+                    k = (current, file)
+                    by_file[k] = by_file.get(k, 0) + int(fields[1])
+    return costs, by_file
 
 
 def counted(script, toggles, tag, options=()):
@@ -98,14 +113,18 @@ def counted(script, toggles, tag, options=()):
     files = [f for f in os.listdir(WORK) if f.startswith(tag + ".") and f.endswith("-01")]
     if len(files) != 1:
         sys.exit("instructions.py: no callgrind output for " + tag)
-    return self_cost_by_object(os.path.join(WORK, files[0]))
+    return self_costs(os.path.join(WORK, files[0]))
 
 
 def per_cycle(body, toggles, tag, n, options=()):
+    """Instructions per cycle by object, and by (object, source file)."""
     setup = "CREATE EXTENSION IF NOT EXISTS zklock;\n"
-    base = counted(setup + loop(body, WARM), toggles, tag + "_base", options)
-    full = counted(setup + loop(body, WARM) + loop(body, n), toggles, tag + "_full", options)
-    return {ob: (full.get(ob, 0) - base.get(ob, 0)) / n for ob in set(base) | set(full)}
+    base, base_files = counted(setup + loop(body, WARM), toggles, tag + "_base", options)
+    full, full_files = counted(setup + loop(body, WARM) + loop(body, n), toggles, tag + "_full",
+                               options)
+    return ({ob: (full.get(ob, 0) - base.get(ob, 0)) / n for ob in set(base) | set(full)},
+            {k: (full_files.get(k, 0) - base_files.get(k, 0)) / n
+             for k in set(base_files) | set(full_files)})
 
 
 def kind(ob):
@@ -131,13 +150,13 @@ def timed_us_per_cycle(body):
     return (long_ - short) * 1e6 / TIMED_N
 
 
-zk = per_cycle(ZK, ["zk_lock", "zk_unlock"], "zk", N)
+zk, zk_files = per_cycle(ZK, ["zk_lock", "zk_unlock"], "zk", N)
 # The cluster preloads zklock; without it nothing is shown server-wide, so
 # the difference is what showing the holds costs a cycle.
-zk_plain = per_cycle(ZK, ["zk_lock", "zk_unlock"], "zkplain", N,
-                     ["-c", "shared_preload_libraries="])
-adv = per_cycle(ADV, ["pg_advisory_lock_int8", "pg_advisory_unlock_int8"], "adv", N)
-calibration = sum(per_cycle(ADV, None, "advloop", CALIBRATION_N).values())
+zk_plain, _ = per_cycle(ZK, ["zk_lock", "zk_unlock"], "zkplain", N,
+                        ["-c", "shared_preload_libraries="])
+adv, _ = per_cycle(ADV, ["pg_advisory_lock_int8", "pg_advisory_unlock_int8"], "adv", N)
+calibration = sum(per_cycle(ADV, None, "advloop", CALIBRATION_N)[0].values())
 adv_loop_us = timed_us_per_cycle(ADV)
 rate = calibration / adv_loop_us  # instructions per microsecond
 
@@ -146,6 +165,11 @@ results = {"ir_zk_cycle": sum(zk.values()), "ir_adv_cycle": sum(adv.values()),
            "ir_adv_loop": calibration, "adv_loop_us": adv_loop_us, "ir_per_us": rate}
 for k in ("zklock", "postgres", "libc", "library", "other"):
     results["ir_zk_" + k] = sum(v for ob, v in zk.items() if kind(ob) == k)
+# zklock's own instructions by its source files (one module each).
+for (ob, path), v in zk_files.items():
+    if kind(ob) == "zklock" and path:
+        key = "ir_zk_file_" + re.sub(r"[^A-Za-z0-9_]", "_", os.path.basename(path))
+        results[key] = results.get(key, 0) + v
 results["zk_own_us"] = results["ir_zk_cycle"] / rate
 results["zk_own_us_without_library"] = (results["ir_zk_cycle"] - results["ir_zk_library"]) / rate
 

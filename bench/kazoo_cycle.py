@@ -5,10 +5,9 @@ Usage: kazoo_cycle.py HOSTS LOCKPATH
 
 Prints "ready", then reads one command per line:
 
-  run N WARMUP [H]  open a new session to H (default HOSTS; kazoo picks
-                 one of its servers at random, as every zklock backend's
-                 session does), make a
-                 kazoo Lock on LOCKPATH with extra_lock_patterns=["-lock-"]
+  run N WARMUP [H]  open a new session to H (default HOSTS; the benchmark
+                 gives the one server the repeat pins every client to),
+                 make a kazoo Lock on LOCKPATH with extra_lock_patterns=["-lock-"]
                  (the setting zklock's README gives for sharing a queue with
                  zklock), run WARMUP untimed acquire+release cycles, then N
                  timed ones, close the session and print

@@ -10,6 +10,9 @@
  *   awaited    create EPHEMERAL|SEQUENTIAL, await; delete, await
  *              (two writes, two round trips)
  *   listed     create, await; get_children(PARENT), await; delete, await
+ *   recipe     create and get_children sent back to back, await both;
+ *              delete, await: what an uncontended zk_lock + zk_unlock asks
+ *              of ZooKeeper (two writes, two round trips)
  *   pipelined  create and get_children sent back to back, await both;
  *              delete sent and NOT awaited: the next cycle's create follows
  *              it, and the session applies them in order (the last delete
@@ -19,16 +22,32 @@
  *              sending the delete to B receiving the reply of the
  *              get_children it sends from its watcher: one write, one
  *              notification, one read
+ *   requeue-K  K sessions run the lock recipe on PARENT, each re-queueing
+ *              as soon as its release is answered, as K zklock backends
+ *              cycling on one lock do: a contender creates its node and
+ *              lists the children (pipelined); the lowest holds; any other
+ *              sets a get-data watch on its predecessor.  When the watched
+ *              node is deleted, the deletion alone grants if the last
+ *              listing showed that node at the head of the queue, else the
+ *              contender lists again (zklock's rule for its own nodes).  A
+ *              holder releases at once (delete, awaited, then re-queue).
+ *              Timed: from a holder sending its delete to the next grant;
+ *              N such handoffs after WARMUP untimed ones
+ *   woken-K    the same, but a grant is taken (timed, then released) by a
+ *              thread of the contender's own that sleeps on an eventfd
+ *              until the library's completion thread wakes it, as a zklock
+ *              backend's main thread is woken by its library's threads:
+ *              woken-K minus requeue-K is what that wake-up costs
  *
- * Each of the R repeats opens fresh sessions (the client library picks a
- * server of HOSTS at random, as each zklock backend's session does), runs
+ * Each of the R repeats opens fresh sessions to HOSTS (the benchmark gives
+ * one server, so that both sides of a comparison use the same one), runs
  * WARMUP untimed cycles, then N timed cycles, and prints one line:
  *
  *   FLOOR mode=M rep=I n=N mean_ms=... p50_ms=... min_ms=... max_ms=... cpu_us=...
  *
- * mean_ms is the wall time of the N cycles divided by N (for handoff, the
- * mean of the N timed intervals); p50/min/max are of single cycles; cpu_us
- * is this process's CPU time (user+system, all threads, so the client
+ * mean_ms is the wall time of the N cycles divided by N (for handoff and
+ * requeue-K, the mean of the N timed intervals); p50/min/max are of single
+ * cycles; cpu_us is this process's CPU time (user+system, all threads, so the client
  * library's I/O and completion threads too) over the N cycles, divided
  * by N.
  *
@@ -45,6 +64,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -440,6 +461,17 @@ run_repeat(const char *mode, int n, int warmup, double *times, double *cpu_us)
 			send_delete(a.zh, create.path, &del);
 			op_wait(&del, "delete");
 		}
+		else if (strcmp(mode, "recipe") == 0)
+		{
+			send_create(a.zh, &create);
+			send_children(a.zh, &list);
+			op_wait(&create, "create");
+			op_wait(&list, "get_children");
+			if (list.nchildren < 1)
+				die("get_children after create saw %d children", list.nchildren);
+			send_delete(a.zh, create.path, &del);
+			op_wait(&del, "delete");
+		}
 		else if (strcmp(mode, "pipelined") == 0)
 		{
 			send_create(a.zh, &create);
@@ -518,6 +550,302 @@ run_repeat(const char *mode, int n, int warmup, double *times, double *cpu_us)
 	return wall;
 }
 
+/*
+ * requeue-K: K contenders on one lock, driven entirely from the client
+ * library's completion threads; rq_mu serializes them.
+ */
+typedef struct Contender
+{
+	Session		s;
+	char		prefix[PATH_MAX_LEN];	/* PARENT/_c_<uuid>-lock- */
+	char		own[PATH_MAX_LEN];		/* its node, "" while none */
+	char		pred[PATH_MAX_LEN];		/* the node it watches */
+	int			pred_was_head;	/* last listing: pred first in the queue */
+	int			wake_fd;		/* woken-K: eventfd its taker sleeps on */
+	pthread_t	taker;
+} Contender;
+
+static pthread_mutex_t rq_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t rq_cv = PTHREAD_COND_INITIALIZER;
+static int	rq_stopping;
+static int	rq_handoffs;		/* grants that followed a release */
+static int	rq_warmup;
+static int	rq_n;
+static double rq_release_ms;	/* when the last holder sent its delete */
+static double *rq_times;
+
+static int	rq_woken;			/* woken-K: grants taken by a woken thread */
+
+static void rq_enqueue(Contender *c);
+static void rq_list(Contender *c);
+
+static void
+make_prefix(char *buf, size_t size)
+{
+	snprintf(buf, size, "%s/_c_%08lx-%04lx-4%03lx-8%03lx-%012lx-lock-", parent,
+			 random() & 0xffffffffL, random() & 0xffffL, random() & 0xfffL,
+			 random() & 0xfffL, ((unsigned long) random() << 16) & 0xffffffffffffL);
+}
+
+static long
+sequence_of(const char *name)
+{
+	size_t		len = strlen(name);
+
+	return len < 10 ? -1 : atol(name + len - 10);
+}
+
+static void
+rq_delete_done(int rc, const void *data)
+{
+	Contender  *c = (Contender *) data;
+
+	pthread_mutex_lock(&rq_mu);
+	if (!rq_stopping)
+	{
+		if (rc != ZOK)
+			die("requeue: delete: %s", zerror(rc));
+		c->own[0] = '\0';
+		rq_enqueue(c);
+	}
+	pthread_mutex_unlock(&rq_mu);
+}
+
+/* Called with rq_mu held. */
+static void
+rq_take(Contender *c)
+{
+	double		t = now_ms();
+
+	if (rq_release_ms > 0)
+	{
+		if (rq_handoffs >= rq_warmup)
+			rq_times[rq_handoffs - rq_warmup] = t - rq_release_ms;
+		rq_handoffs++;
+		if (rq_handoffs == rq_warmup + rq_n)
+		{
+			/* The last holder keeps its node: closing its session drops it. */
+			rq_stopping = 1;
+			pthread_cond_broadcast(&rq_cv);
+			return;
+		}
+	}
+	rq_release_ms = now_ms();
+	check_send(zoo_adelete(c->s.zh, c->own, -1, rq_delete_done, c), "delete");
+}
+
+/*
+ * Called with rq_mu held.  In woken-K mode the grant is taken, as in a
+ * zklock backend, by another thread that sleeps until the library's
+ * thread wakes it.
+ */
+static void
+rq_grant(Contender *c)
+{
+	uint64_t	one = 1;
+
+	if (!rq_woken)
+		rq_take(c);
+	else if (write(c->wake_fd, &one, sizeof(one)) != sizeof(one))
+		die("requeue: eventfd write: %s", strerror(errno));
+}
+
+static void *
+rq_taker(void *arg)
+{
+	Contender  *c = (Contender *) arg;
+	uint64_t	count;
+
+	for (;;)
+	{
+		if (read(c->wake_fd, &count, sizeof(count)) != sizeof(count))
+			die("requeue: eventfd read: %s", strerror(errno));
+		pthread_mutex_lock(&rq_mu);
+		if (rq_stopping)
+		{
+			pthread_mutex_unlock(&rq_mu);
+			return NULL;
+		}
+		rq_take(c);
+		pthread_mutex_unlock(&rq_mu);
+	}
+}
+
+static void
+rq_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+	Contender  *c = (Contender *) ctx;
+
+	if (type == ZOO_SESSION_EVENT)
+		return;
+	pthread_mutex_lock(&rq_mu);
+	if (!rq_stopping)
+	{
+		if (type != ZOO_DELETED_EVENT)
+			die("requeue: watch fired with event type %d, not deleted", type);
+		if (c->pred_was_head)
+			rq_grant(c);
+		else
+			rq_list(c);
+	}
+	pthread_mutex_unlock(&rq_mu);
+}
+
+static void
+rq_watch_done(int rc, const char *value, int value_len, const struct Stat *stat,
+			  const void *data)
+{
+	Contender  *c = (Contender *) data;
+
+	pthread_mutex_lock(&rq_mu);
+	if (!rq_stopping)
+	{
+		/* Gone before the watch was set: no notification will come. */
+		if (rc == ZNONODE)
+			rq_list(c);
+		else if (rc != ZOK)
+			die("requeue: get-data watch: %s", zerror(rc));
+	}
+	pthread_mutex_unlock(&rq_mu);
+}
+
+static void
+rq_children_done(int rc, const struct String_vector *strings, const void *data)
+{
+	Contender  *c = (Contender *) data;
+	const char *own_name;
+	long		own_seq;
+	long		pred_seq = -1;
+	int			ahead = 0;
+	int			i;
+
+	pthread_mutex_lock(&rq_mu);
+	if (rq_stopping)
+	{
+		pthread_mutex_unlock(&rq_mu);
+		return;
+	}
+	if (rc != ZOK)
+		die("requeue: get_children: %s", zerror(rc));
+	own_name = strrchr(c->own, '/') + 1;
+	own_seq = sequence_of(own_name);
+	for (i = 0; i < strings->count; i++)
+	{
+		long		seq = sequence_of(strings->data[i]);
+
+		if (seq < own_seq)
+		{
+			ahead++;
+			if (seq > pred_seq)
+			{
+				pred_seq = seq;
+				snprintf(c->pred, sizeof(c->pred), "%s/%s", parent, strings->data[i]);
+			}
+		}
+	}
+	if (ahead == 0)
+		rq_grant(c);
+	else
+	{
+		c->pred_was_head = (ahead == 1);
+		check_send(zoo_awget(c->s.zh, c->pred, rq_watcher, c, rq_watch_done, c),
+				   "get-data watch");
+	}
+	pthread_mutex_unlock(&rq_mu);
+}
+
+/* Called with rq_mu held. */
+static void
+rq_list(Contender *c)
+{
+	check_send(zoo_aget_children(c->s.zh, parent, 0, rq_children_done, c),
+			   "get_children");
+}
+
+static void
+rq_create_done(int rc, const char *value, const struct Stat *stat, const void *data)
+{
+	Contender  *c = (Contender *) data;
+
+	pthread_mutex_lock(&rq_mu);
+	if (!rq_stopping)
+	{
+		if (rc != ZOK || !value)
+			die("requeue: create: %s", zerror(rc));
+		snprintf(c->own, sizeof(c->own), "%s", value);
+	}
+	pthread_mutex_unlock(&rq_mu);
+}
+
+/* Called with rq_mu held: the listing is pipelined behind the create. */
+static void
+rq_enqueue(Contender *c)
+{
+	check_send(zoo_acreate2(c->s.zh, c->prefix, node_data, (int) strlen(node_data),
+							&ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL,
+							rq_create_done, c), "create");
+	rq_list(c);
+}
+
+static double
+run_requeue(int k, int n, int warmup, double *times, double *cpu_us)
+{
+	Contender  *cs = calloc(k, sizeof(Contender));
+	struct timespec deadline;
+	double		cpu_start,
+				wall = 0;
+	int			i;
+
+	if (!cs)
+		die("out of memory");
+	rq_stopping = 0;
+	for (i = 0; i < k; i++)
+	{
+		session_open(&cs[i].s);
+		make_prefix(cs[i].prefix, sizeof(cs[i].prefix));
+		if (rq_woken)
+		{
+			cs[i].wake_fd = eventfd(0, 0);
+			if (cs[i].wake_fd < 0)
+				die("eventfd: %s", strerror(errno));
+			if (pthread_create(&cs[i].taker, NULL, rq_taker, &cs[i]) != 0)
+				die("pthread_create failed");
+		}
+	}
+	rq_handoffs = 0;
+	rq_warmup = warmup;
+	rq_n = n;
+	rq_release_ms = 0;
+	rq_times = times;
+	cpu_start = cpu_now_us();
+	deadline_after(&deadline, OP_WAIT_S + (n + warmup) / 10);
+	pthread_mutex_lock(&rq_mu);
+	for (i = 0; i < k; i++)
+		rq_enqueue(&cs[i]);
+	while (!rq_stopping)
+	{
+		if (pthread_cond_timedwait(&rq_cv, &rq_mu, &deadline) == ETIMEDOUT)
+			die("requeue: only %d handoffs in time", rq_handoffs);
+	}
+	pthread_mutex_unlock(&rq_mu);
+	*cpu_us = cpu_now_us() - cpu_start;
+	for (i = 0; i < k && rq_woken; i++)
+	{
+		uint64_t	one = 1;
+
+		if (write(cs[i].wake_fd, &one, sizeof(one)) != sizeof(one))
+			die("eventfd write: %s", strerror(errno));
+		pthread_join(cs[i].taker, NULL);
+		close(cs[i].wake_fd);
+	}
+	for (i = 0; i < k; i++)
+		session_close(&cs[i].s);
+	free(cs);
+	for (i = 0; i < n; i++)
+		wall += times[i];
+	return wall;
+}
+
 static void
 delete_parent(void)
 {
@@ -543,6 +871,7 @@ main(int argc, char **argv)
 	int			n,
 				reps,
 				warmup,
+				contenders = 0,
 				r;
 	double	   *times;
 	Session		setup;
@@ -550,7 +879,7 @@ main(int argc, char **argv)
 
 	if (argc != 7)
 	{
-		fprintf(stderr, "usage: zkfloor HOSTS awaited|listed|pipelined|handoff N R WARMUP PARENT\n");
+		fprintf(stderr, "usage: zkfloor HOSTS awaited|listed|recipe|pipelined|handoff|requeue-K|woken-K N R WARMUP PARENT\n");
 		return 2;
 	}
 	hosts = argv[1];
@@ -561,18 +890,23 @@ main(int argc, char **argv)
 	parent = argv[6];
 	if (n < 1 || reps < 1 || warmup < 0 || parent[0] != '/')
 		die("bad arguments");
-	if (strcmp(mode, "awaited") && strcmp(mode, "listed") &&
-		strcmp(mode, "pipelined") && strcmp(mode, "handoff"))
+	if (strncmp(mode, "requeue-", 8) == 0 || strncmp(mode, "woken-", 6) == 0)
+	{
+		rq_woken = mode[0] == 'w';
+		contenders = atoi(strchr(mode, '-') + 1);
+		if (contenders < 2)
+			die("%s: K must be at least 2", mode);
+	}
+	else if (strcmp(mode, "awaited") && strcmp(mode, "listed") &&
+			 strcmp(mode, "recipe") && strcmp(mode, "pipelined") &&
+			 strcmp(mode, "handoff"))
 		die("unknown mode %s", mode);
 
 	zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
 	srandom((unsigned) getpid() ^ (unsigned) time(NULL));
 
 	/* zklock-like node name and data */
-	snprintf(prefix, sizeof(prefix),
-			 "%s/_c_%08lx-%04lx-4%03lx-8%03lx-%012lx-lock-", parent,
-			 random() & 0xffffffffL, random() & 0xffffL, random() & 0xfffL,
-			 random() & 0xfffL, ((unsigned long) random() << 16) & 0xffffffffffffL);
+	make_prefix(prefix, sizeof(prefix));
 	if (gethostname(host, sizeof(host)) != 0)
 		snprintf(host, sizeof(host), "localhost");
 	snprintf(node_data, sizeof(node_data),
@@ -590,7 +924,9 @@ main(int argc, char **argv)
 	for (r = 1; r <= reps; r++)
 	{
 		double		cpu_us;
-		double		wall = run_repeat(mode, n, warmup, times, &cpu_us);
+		double		wall = contenders ?
+			run_requeue(contenders, n, warmup, times, &cpu_us) :
+			run_repeat(mode, n, warmup, times, &cpu_us);
 		double		p50;
 
 		qsort(times, n, sizeof(double), cmp_double);
