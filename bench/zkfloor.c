@@ -322,6 +322,18 @@ send_delete(zhandle_t *zh, const char *path, Op *op)
 	check_send(zoo_adelete(zh, path, -1, void_done, op), "delete");
 }
 
+/* Create and list, pipelined, as zk_lock does; await both. */
+static void
+create_and_list(zhandle_t *zh, Op *create, Op *list)
+{
+	send_create(zh, create);
+	send_children(zh, list);
+	op_wait(create, "create");
+	op_wait(list, "get_children");
+	if (list->nchildren < 1)
+		die("get_children after create saw %d children", list->nchildren);
+}
+
 /* Create PARENT and its ancestors (persistent); existing ones are fine. */
 static void
 parent_create_done(int rc, const char *value, const void *data)
@@ -463,23 +475,13 @@ run_repeat(const char *mode, int n, int warmup, double *times, double *cpu_us)
 		}
 		else if (strcmp(mode, "recipe") == 0)
 		{
-			send_create(a.zh, &create);
-			send_children(a.zh, &list);
-			op_wait(&create, "create");
-			op_wait(&list, "get_children");
-			if (list.nchildren < 1)
-				die("get_children after create saw %d children", list.nchildren);
+			create_and_list(a.zh, &create, &list);
 			send_delete(a.zh, create.path, &del);
 			op_wait(&del, "delete");
 		}
 		else if (strcmp(mode, "pipelined") == 0)
 		{
-			send_create(a.zh, &create);
-			send_children(a.zh, &list);
-			op_wait(&create, "create");
-			op_wait(&list, "get_children");
-			if (list.nchildren < 1)
-				die("get_children after create saw %d children", list.nchildren);
+			create_and_list(a.zh, &create, &list);
 			pthread_mutex_lock(&pending_mu);
 			pending_deletes++;
 			pthread_mutex_unlock(&pending_mu);

@@ -242,12 +242,7 @@ sub nodes_left
 
 # --- a create whose reply is lost, through a proxy -------------------------
 {
-	my ($server_port) = $ENV{ZKLOCK_TEST_HOSTS} =~ /^[^:]+:(\d+)/;
-	my $proxy_port = PostgreSQL::Test::Cluster::get_free_port();
-	my $control = PostgreSQL::Test::Utils::tempdir();
-	my $proxy = IPC::Run::start(
-		[ '/usr/bin/python3', "$ENV{ZKLOCK_SRC}/test/tools/zkproxy.py",
-			$proxy_port, $server_port, $control ]);
+	my ($proxy, $proxy_port, $control) = start_proxy();
 	sleep 1;
 	my $p = zk_session($east);
 	run_sql($p, "SET zklock.hosts = '127.0.0.1:$proxy_port'");

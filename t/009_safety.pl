@@ -301,12 +301,7 @@ $east->safe_psql('postgres', 'CREATE EXTENSION dblink');
 # statement must not exceed the session timeout (plus a margin for the
 # cancel itself): past it, the server may have expired the session.
 {
-	my ($server_port) = $servers[0] =~ /:(\d+)$/;
-	my $proxy_port = PostgreSQL::Test::Cluster::get_free_port();
-	my $control = PostgreSQL::Test::Utils::tempdir();
-	my $proxy = IPC::Run::start(
-		[ '/usr/bin/python3', "$ENV{ZKLOCK_SRC}/test/tools/zkproxy.py",
-			$proxy_port, $server_port, $control ]);
+	my ($proxy, $proxy_port, $control) = start_proxy();
 	my $h = zk_session($east);
 	run_sql($h, "SET zklock.hosts = '127.0.0.1:$proxy_port'");
 	run_sql($h, "SET zklock.session_timeout = '4s'");

@@ -341,12 +341,7 @@ sub clear
 # both would take themselves for the youngest: B, whose check is held
 # before it reads the cycle again, must be the one victim.
 {
-	my ($server_port) = $ENV{ZKLOCK_TEST_HOSTS} =~ /^[^:]+:(\d+)/;
-	my $proxy_port = PostgreSQL::Test::Cluster::get_free_port();
-	my $control = PostgreSQL::Test::Utils::tempdir();
-	my $proxy = IPC::Run::start(
-		[ '/usr/bin/python3', "$ENV{ZKLOCK_SRC}/test/tools/zkproxy.py",
-			$proxy_port, $server_port, $control ]);
+	my ($proxy, $proxy_port, $control) = start_proxy();
 	sleep 1;
 	my $a = zk_session($east);
 	$a->query_safe('\set VERBOSITY verbose');

@@ -56,12 +56,7 @@ for my $node ($east, $west)
 }
 
 # One client's connection goes through the proxy, to server 1.
-my ($server_port) = $ZkTest::hosts =~ /^[^:]+:(\d+)/;
-my $proxy_port = PostgreSQL::Test::Cluster::get_free_port();
-my $control = PostgreSQL::Test::Utils::tempdir();
-my $proxy = IPC::Run::start(
-	[ '/usr/bin/python3', "$ENV{ZKLOCK_SRC}/test/tools/zkproxy.py",
-		$proxy_port, $server_port, $control ]);
+my ($proxy, $proxy_port, $control) = start_proxy();
 
 my $dir = PostgreSQL::Test::Utils::tempdir();
 my $driver = $$;

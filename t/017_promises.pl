@@ -81,12 +81,7 @@ sub expire
 # library notices the silence after two thirds of the session timeout.
 # Resumed, it forwards what waited, and the library reconnects.
 {
-	my ($server_port) = $ENV{ZKLOCK_TEST_HOSTS} =~ /^[^:]+:(\d+)/;
-	my $proxy_port = PostgreSQL::Test::Cluster::get_free_port();
-	my $control = PostgreSQL::Test::Utils::tempdir();
-	my $proxy = IPC::Run::start(
-		[ '/usr/bin/python3', "$ENV{ZKLOCK_SRC}/test/tools/zkproxy.py",
-			$proxy_port, $server_port, $control ]);
+	my ($proxy, $proxy_port, $control) = start_proxy();
 	sleep 1;
 	my $u = zk_session($east);
 	run_sql($u, "SET zklock.hosts = '127.0.0.1:$proxy_port'");

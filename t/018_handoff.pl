@@ -159,12 +159,7 @@ my ($out, $stderr);
 # covers a backend that sleeps through the whole reconnect, which no test
 # here can arrange.)
 {
-	my ($server_port) = $ZkTest::hosts =~ /^[^:]+:(\d+)/;
-	my $proxy_port = PostgreSQL::Test::Cluster::get_free_port();
-	my $control = PostgreSQL::Test::Utils::tempdir();
-	my $proxy = IPC::Run::start(
-		[ '/usr/bin/python3', "$ENV{ZKLOCK_SRC}/test/tools/zkproxy.py",
-			$proxy_port, $server_port, $control ]);
+	my ($proxy, $proxy_port, $control) = start_proxy();
 	my $w = debug_session();
 	run_sql($w, "SET zklock.hosts = '127.0.0.1:$proxy_port'");
 	ok(wait_until('the proxy to listen',

@@ -16,7 +16,7 @@ our @EXPORT = qw(zk_cluster zk_session zk_children zk_contenders
   zk_wait_contenders zk_get wait_until wait_for_zk_wait still_waiting
   send_query run_sql await_output await_output_and_stderr zk_ensemble
   start_peer peer_send peer_expect peer_silent peer_quit zk_session_last_xid
-  zk_lock_nodes no_node_left);
+  zk_lock_nodes no_node_left start_proxy);
 
 # The ensemble the helpers look at; a test with an ensemble of its own may
 # point them there.
@@ -260,6 +260,21 @@ sub zk_ensemble
 # A kazoo or Curator lock client on a lock path (test/peers/peer_kazoo.py,
 # test/peers/PeerCurator.java), driven over stdin/stdout.  %opts: hosts
 # (another connect string) and, for kazoo, tls ("CA,CERT,KEY" files).
+# Start test/tools/zkproxy.py in front of the ensemble's first server.
+# Returns the IPC::Run handle, the port to connect to, and the directory
+# whose files tell the proxy which fault to cause.  The caller waits until
+# it listens, and stops it with kill_kill.
+sub start_proxy
+{
+	my ($server_port) = $hosts =~ /^[^:]+:(\d+)/;
+	my $proxy_port = PostgreSQL::Test::Cluster::get_free_port();
+	my $control = PostgreSQL::Test::Utils::tempdir();
+	my $proxy = IPC::Run::start(
+		[ '/usr/bin/python3', "$src/test/tools/zkproxy.py",
+			$proxy_port, $server_port, $control ]);
+	return ($proxy, $proxy_port, $control);
+}
+
 sub start_peer
 {
 	my ($kind, $path, %opts) = @_;
