@@ -13,8 +13,10 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
@@ -33,6 +35,7 @@ PG_FUNCTION_INFO_V1(zk_blockers);
 PG_FUNCTION_INFO_V1(zk_status);
 PG_FUNCTION_INFO_V1(zk_stat_locks);
 PG_FUNCTION_INFO_V1(zk_stat_locks_reset);
+PG_FUNCTION_INFO_V1(zk_stat_wait_time_bounds);
 
 static const char *
 session_state_name(void)
@@ -483,8 +486,11 @@ zk_stat_locks(PG_FUNCTION_ARGS)
 	for (i = 0; i < n; i++)
 	{
 		int64	   *c = stats[i].counters;
-		Datum		values[8];
-		bool		nulls[8] = {0};
+		Datum		values[9];
+		bool		nulls[9] = {0};
+		Datum		buckets[ZKSH_WAIT_BUCKETS];
+		int64		within = 0;
+		int			b;
 
 		values[0] = zkt_shown_name(stats[i].name);
 		values[1] = Int64GetDatum(c[ZKSH_ACQUISITIONS]);
@@ -494,9 +500,32 @@ zk_stat_locks(PG_FUNCTION_ARGS)
 		values[5] = Int64GetDatum(c[ZKSH_CANCELLATIONS]);
 		values[6] = Int64GetDatum(c[ZKSH_DEADLOCKS]);
 		values[7] = Int64GetDatum(c[ZKSH_LOSSES]);
+		for (b = 0; b < ZKSH_WAIT_BUCKETS; b++)
+		{
+			within += c[ZKSH_WAIT_BUCKET + b];
+			buckets[b] = Int64GetDatum(within);
+		}
+		values[8] = PointerGetDatum(construct_array(buckets, ZKSH_WAIT_BUCKETS,
+													INT8OID, sizeof(int64),
+													FLOAT8PASSBYVAL,
+													TYPALIGN_DOUBLE));
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	PG_RETURN_VOID();
+}
+
+/* The upper bounds of zk_stat_locks.wait_time_buckets, in ms. */
+Datum
+zk_stat_wait_time_bounds(PG_FUNCTION_ARGS)
+{
+	Datum		bounds[ZKSH_WAIT_BUCKETS];
+	int			b;
+
+	for (b = 0; b < ZKSH_WAIT_BUCKETS; b++)
+		bounds[b] = Float8GetDatum((double) zksh_wait_bounds_ms[b]);
+	PG_RETURN_ARRAYTYPE_P(construct_array(bounds, ZKSH_WAIT_BUCKETS, FLOAT8OID,
+										  sizeof(float8), FLOAT8PASSBYVAL,
+										  TYPALIGN_DOUBLE));
 }
 
 Datum

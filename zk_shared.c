@@ -454,15 +454,19 @@ zksh_wait_end(void)
 	wait_shown = false;
 }
 
-static void count_shared(const char *parent, ZkshCounter counter,
-						 int64 amount);
+static void count_shared(const char *parent, const ZkshCounter *counters,
+						 const int64 *amounts, int n);
 
 /* Count to an entry found under the lock, held in either mode; releases it. */
 static void
-count_locked(StatEntry *entry, ZkshCounter counter, int64 amount)
+count_locked(StatEntry *entry, const ZkshCounter *counters,
+			 const int64 *amounts, int n)
 {
+	int			i;
+
 	SpinLockAcquire(&entry->mutex);
-	entry->counters[counter] += amount;
+	for (i = 0; i < n; i++)
+		entry->counters[counters[i]] += amounts[i];
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(state->lock);
 }
@@ -490,7 +494,36 @@ zksh_count(const char *parent, bool semaphore, ZkshCounter counter,
 {
 	backend_counts[counter] += amount;
 	if (!semaphore)
-		count_shared(parent, counter, amount);
+		count_shared(parent, &counter, &amount, 1);
+}
+
+const int	zksh_wait_bounds_ms[ZKSH_WAIT_BUCKETS] = {
+	1, 10, 100, 1000, 10000, 60000, 600000
+};
+
+/*
+ * Count a wait that ended (granted or timed out) after wait_us: its number,
+ * its time and its bucket, under one lock.  A wait past the last bound is
+ * in no bucket: the histogram's "+Inf" is the number of waits.
+ */
+void
+zksh_count_wait(const char *parent, bool semaphore, int64 wait_us)
+{
+	ZkshCounter counters[3] = {ZKSH_WAITS, ZKSH_WAIT_TIME_US};
+	int64		amounts[3] = {1, wait_us, 1};
+	int			n = 2;
+	int			i;
+
+	for (i = 0; i < ZKSH_WAIT_BUCKETS; i++)
+		if (wait_us <= (int64) zksh_wait_bounds_ms[i] * 1000)
+		{
+			counters[n++] = ZKSH_WAIT_BUCKET + i;
+			break;
+		}
+	for (i = 0; i < n; i++)
+		backend_counts[counters[i]] += amounts[i];
+	if (!semaphore)
+		count_shared(parent, counters, amounts, n);
 }
 
 /*
@@ -502,9 +535,10 @@ static StatEntry *last_entry = NULL;
 static uint64 last_entry_resets;
 static char last_entry_parent[ZKN_WAIT_PARENT_MAX];
 
-/* Add amount to one statistic of the lock under parent. */
+/* Add amounts to n statistics of the lock under parent. */
 static void
-count_shared(const char *parent, ZkshCounter counter, int64 amount)
+count_shared(const char *parent, const ZkshCounter *counters,
+			 const int64 *amounts, int n)
 {
 	StatKey		key;
 	StatEntry  *entry;
@@ -515,7 +549,7 @@ count_shared(const char *parent, ZkshCounter counter, int64 amount)
 	if (last_entry != NULL && last_entry_resets == state->stats_resets &&
 		strcmp(last_entry_parent, parent) == 0)
 	{
-		count_locked(last_entry, counter, amount);
+		count_locked(last_entry, counters, amounts, n);
 		return;
 	}
 	zksh_name_of(parent, key.name);
@@ -561,7 +595,7 @@ count_shared(const char *parent, ZkshCounter counter, int64 amount)
 		last_entry = entry;
 		last_entry_resets = state->stats_resets;
 	}
-	count_locked(entry, counter, amount);
+	count_locked(entry, counters, amounts, n);
 }
 
 /* Copies of every backend's holds, for zk_locks.  Returns how many. */

@@ -44,6 +44,13 @@ typedef struct ZkshWait
 	char		node[ZKR_NODE_MAX];	/* "" until the waiting node is made */
 } ZkshWait;
 
+/*
+ * The upper bounds, in ms, of the wait-time histogram's buckets: each bucket
+ * counts the waits that ended within its bound and above the one before.
+ */
+#define ZKSH_WAIT_BUCKETS 7
+extern const int zksh_wait_bounds_ms[ZKSH_WAIT_BUCKETS];
+
 typedef enum ZkshCounter
 {
 	ZKSH_ACQUISITIONS,
@@ -53,7 +60,8 @@ typedef enum ZkshCounter
 	ZKSH_CANCELLATIONS,
 	ZKSH_DEADLOCKS,
 	ZKSH_LOSSES,
-	ZKSH_NCOUNTERS
+	ZKSH_WAIT_BUCKET,			/* the first of ZKSH_WAIT_BUCKETS */
+	ZKSH_NCOUNTERS = ZKSH_WAIT_BUCKET + ZKSH_WAIT_BUCKETS
 } ZkshCounter;
 
 /* Per-lock statistics, as shown by zk_stat_locks. */
@@ -82,6 +90,7 @@ extern void zksh_wait_end(void);
 
 extern void zksh_count(const char *parent, bool semaphore, ZkshCounter counter,
 					   int64 amount);
+extern void zksh_count_wait(const char *parent, bool semaphore, int64 wait_us);
 extern int64 zksh_backend_count(ZkshCounter counter);
 
 extern int	zksh_holds(ZkshHold **holds);

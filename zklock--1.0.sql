@@ -237,12 +237,37 @@ CREATE FUNCTION zk_stat_locks(
     OUT timeouts bigint,
     OUT cancellations bigint,
     OUT deadlocks bigint,
-    OUT losses bigint)
+    OUT losses bigint,
+    OUT wait_time_buckets bigint[])
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'zk_stat_locks'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 CREATE VIEW zk_stat_locks AS SELECT * FROM zk_stat_locks();
+
+-- The upper bounds, in ms, of zk_stat_locks.wait_time_buckets: element i
+-- counts the waits that ended within bound i (cumulative, as Prometheus's
+-- histogram buckets are).
+CREATE FUNCTION zk_stat_wait_time_bounds()
+RETURNS double precision[]
+AS 'MODULE_PATHNAME', 'zk_stat_wait_time_bounds'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+-- What each lock name is doing on this server now: its holders and
+-- waiters among this server's backends, and how long the longest of each
+-- has been at it.  A monitor alerts on longest_hold (a hung holder) and
+-- longest_wait; the queue across other clients is zk_lock_contenders().
+-- Needs zklock in shared_preload_libraries to see other backends.
+CREATE VIEW zk_lock_activity AS
+SELECT name, mode = 'semaphore' AS semaphore,
+       count(DISTINCT pid) FILTER (WHERE state IN ('held', 'unsure')) AS holders,
+       count(DISTINCT pid) FILTER (WHERE state = 'waiting') AS waiters,
+       count(DISTINCT pid) FILTER (WHERE state = 'lost') AS lost,
+       max(pg_catalog.clock_timestamp() - held_since)
+           FILTER (WHERE state IN ('held', 'unsure')) AS longest_hold,
+       max(pg_catalog.clock_timestamp() - waiting_since) AS longest_wait
+FROM zk_locks()
+GROUP BY name, mode = 'semaphore';
 
 CREATE FUNCTION zk_stat_locks_reset()
 RETURNS void

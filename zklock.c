@@ -183,9 +183,7 @@ wait_for_grant(const char *parent, const char *name, LockMode mode, int slots,
 
 	if (waited)
 	{
-		zksh_count(parent, semaphore, ZKSH_WAITS, 1);
-		zksh_count(parent, semaphore, ZKSH_WAIT_TIME_US,
-				   GetCurrentTimestamp() - start);
+		zksh_count_wait(parent, semaphore, GetCurrentTimestamp() - start);
 	}
 	if (result == ZKR_TIMED_OUT && !wait)
 		ereport(ERROR,

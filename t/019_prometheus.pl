@@ -1,0 +1,132 @@
+# zklock's figures through the Prometheus exporter users already run:
+# Debian's prometheus-postgres-exporter, started against a cluster with
+# monitoring/postgres-exporter.yaml, scraped over HTTP after a known
+# sequence of locks, waits, a timeout, a cancel and a hold in progress.
+use strict;
+use warnings;
+
+use HTTP::Tiny;
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use ZkTest;
+
+my $exporter = '/usr/bin/prometheus-postgres-exporter';
+plan skip_all => "$exporter is not installed (scripts/install-deps installs it)"
+  unless -x $exporter;
+
+my $node = zk_cluster('prom', '/zklock_t019');
+my $queries = "$ENV{ZKLOCK_SRC}/monitoring/postgres-exporter.yaml";
+ok(-f $queries, 'the shipped queries file exists');
+
+my $port = PostgreSQL::Test::Cluster::get_free_port();
+my $log = PostgreSQL::Test::Utils::tempdir() . '/exporter.log';
+my $user = getpwuid($>);
+my $dsn = sprintf('host=%s port=%d user=%s dbname=postgres sslmode=disable',
+	$node->host, $node->port, $user);
+my $proc = IPC::Run::start(
+	[
+		$exporter, "--extend.query-path=$queries",
+		'--disable-default-metrics', '--disable-settings-metrics',
+		'--no-collector.database', '--no-collector.bgwriter',
+		"--web.listen-address=127.0.0.1:$port"
+	],
+	'<', \undef, '>&', $log,
+	init => sub { $ENV{DATA_SOURCE_NAME} = $dsn });
+
+# The metrics, without the exporter's "server" label, as
+# 'metric{label=value,...}' => value.
+sub scrape
+{
+	my $res = HTTP::Tiny->new(timeout => 30)->get("http://127.0.0.1:$port/metrics");
+	return undef unless $res->{success};
+	my %m;
+	for my $line (split /\n/, $res->{content})
+	{
+		next if $line =~ /^#/;
+		my ($name, $labels, $value) = $line =~ /^(\w+)(?:\{(.*)\})?\s+(\S+)$/
+		  or next;
+		my @l;
+		while (($labels // '') =~ /(\w+)="((?:[^"\\]|\\.)*)"/g)
+		{
+			push @l, "$1=$2" unless $1 eq 'server';
+		}
+		$m{ $name . '{' . join(',', sort @l) . '}' } = $value;
+	}
+	return \%m;
+}
+
+my $m;
+ok(wait_until('the exporter to answer', sub { $m = scrape() }),
+	'the exporter answers on /metrics');
+
+# --- a known sequence --------------------------------------------------------
+my $a = zk_session($node);
+my $b = zk_session($node);
+my $c = zk_session($node);
+run_sql($a, "SELECT zk_lock('prom_a'); SELECT zk_lock('prom_a');
+	SELECT zk_unlock('prom_a'); SELECT zk_unlock('prom_a')");
+run_sql($a, "SELECT zk_lock('prom_b')");
+my ($out) = run_sql($b, "SELECT zk_lock('prom_b', interval '200 ms')");
+is($out, 'f', 'a wait times out');
+send_query($b, "SELECT 'b granted' FROM zk_lock('prom_b');");
+ok(wait_for_zk_wait($node, $b->{zk_pid}), 'a second wait begins');
+sleep 1;
+
+$m = scrape();
+is($m->{'zklock_lock_activity_holders{kind=lock,name=prom_b}'}, 1, 'one holder now');
+is($m->{'zklock_lock_activity_waiters{kind=lock,name=prom_b}'}, 1, 'one waiter now');
+cmp_ok($m->{'zklock_lock_activity_longest_hold_seconds{kind=lock,name=prom_b}'},
+	'>=', 1, 'the longest current hold, in seconds');
+cmp_ok($m->{'zklock_lock_activity_longest_wait_seconds{kind=lock,name=prom_b}'},
+	'>=', 1, 'the longest current wait, in seconds');
+is($m->{'zklock_lock_activity_lost{kind=lock,name=prom_b}'}, 0, 'nothing lost');
+
+run_sql($a, "SELECT zk_unlock('prom_b')");
+ok(await_output($b, qr/b granted/), 'the waiter is granted');
+send_query($c, "SELECT zk_lock('prom_b');");
+ok(wait_for_zk_wait($node, $c->{zk_pid}), 'a third wait begins');
+$node->safe_psql('postgres', "SELECT pg_cancel_backend($c->{zk_pid})");
+ok(await_output($c, qr/canceling statement due to user request/), 'and is cancelled');
+run_sql($b, "SELECT zk_unlock('prom_b')");
+
+$m = scrape();
+my %want = (
+	'zklock_stat_locks_acquisitions{name=prom_a}' => 2,
+	'zklock_stat_locks_waits{name=prom_a}' => 0,
+	'zklock_stat_locks_acquisitions{name=prom_b}' => 2,
+	'zklock_stat_locks_waits{name=prom_b}' => 2,
+	'zklock_stat_locks_timeouts{name=prom_b}' => 1,
+	'zklock_stat_locks_cancellations{name=prom_b}' => 1,
+	'zklock_stat_locks_deadlocks{name=prom_b}' => 0,
+	'zklock_stat_locks_losses{name=prom_b}' => 0,
+	'zklock_stat_locks_wait_seconds_count{name=prom_b}' => 2,
+	# The timeout waited 0.2 s, the grant more than 1 s.
+	'zklock_stat_locks_wait_seconds_bucket{le=0.1,name=prom_b}' => 0,
+	'zklock_stat_locks_wait_seconds_bucket{le=1,name=prom_b}' => 1,
+	'zklock_stat_locks_wait_seconds_bucket{le=60,name=prom_b}' => 2,
+	'zklock_stat_locks_wait_seconds_bucket{le=+Inf,name=prom_b}' => 2,
+	'pg_exporter_last_scrape_error{}' => 0);
+for my $key (sort keys %want)
+{
+	is($m->{$key}, $want{$key}, $key);
+}
+cmp_ok($m->{'zklock_stat_locks_wait_seconds_sum{name=prom_b}'}, '>', 1.2,
+	'the wait time, in seconds');
+ok(!defined $m->{'zklock_lock_activity_holders{kind=lock,name=prom_b}'},
+	'a lock nobody holds or waits for leaves the activity');
+
+# A semaphore's slot is shown apart from a lock of the same name.
+run_sql($a, "SELECT zk_semaphore_acquire('prom_b', 2)");
+$m = scrape();
+is($m->{'zklock_lock_activity_holders{kind=semaphore,name=prom_b}'}, 1,
+	'a semaphore slot holder, labelled kind="semaphore"');
+run_sql($a, "SELECT zk_semaphore_release('prom_b')");
+
+$_->quit for ($a, $b, $c);
+$proc->signal('TERM');
+$proc->finish;
+my $errors = join('', grep { /level=error/ } split /^/, slurp_file($log));
+is($errors, '', 'the exporter logged no error');
+done_testing();
