@@ -52,7 +52,9 @@ SELECT count(*) AS contenders_left FROM zk_lock_contenders('queue');
 SELECT count(*) AS no_such_lock FROM zk_lock_contenders('never_used');
 
 -- zk_status: this backend's session and counters; never the password.
--- A wait that times out and one that is cancelled, to count.
+-- A wait that times out and one that is cancelled, to count (from fresh
+-- server-wide statistics, which the next section reads).
+SELECT zk_stat_locks_reset();
 SELECT other_query($$SELECT zk_lock('counted')::text$$);
 SELECT zk_lock('counted', '200ms');
 SET statement_timeout = '300ms';
@@ -68,5 +70,21 @@ SELECT state, server ~ '^127\.0\.0\.1:[0-9]+$' AS server_ok,
 FROM zk_status();
 SELECT count(*) AS columns FROM pg_attribute
 WHERE attrelid = 'zk_locks'::regclass AND attnum > 0;
+
+-- zk_stat_locks: the "counted" wait that timed out is in the bucket of
+-- 1 s and every bucket above (they are cumulative); the cancelled one
+-- counts as a cancellation, not a wait.
+SELECT zk_stat_wait_time_bounds();
+SELECT waits, timeouts, cancellations, wait_time_buckets
+FROM zk_stat_locks WHERE name = 'counted';
+
+-- zk_lock_activity: what each name is doing on this server now.
+SELECT zk_lock('busy');
+SELECT other_query($$SELECT zk_lock_shared('busy', '100ms')::text$$);
+SELECT name, semaphore, holders, waiters, lost, longest_hold > '0'::interval AS held,
+       longest_wait
+FROM zk_lock_activity WHERE name = 'busy';
+SELECT zk_unlock('busy');
+SELECT count(*) AS busy_left FROM zk_lock_activity WHERE name = 'busy';
 
 SELECT dblink_disconnect('other');

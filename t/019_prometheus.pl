@@ -71,7 +71,12 @@ run_sql($a, "SELECT zk_lock('prom_b')");
 my ($out) = run_sql($b, "SELECT zk_lock('prom_b', interval '200 ms')");
 is($out, 'f', 'a wait times out');
 send_query($b, "SELECT 'b granted' FROM zk_lock('prom_b');");
-ok(wait_for_zk_wait($node, $b->{zk_pid}), 'a second wait begins');
+# The view's wait starts once the waiting node is made, a little after the
+# wait event is set.
+ok(wait_until('the second wait to be shown',
+		sub { $node->safe_psql('postgres',
+				"SELECT count(*) FROM zk_locks WHERE pid = $b->{zk_pid} AND state = 'waiting'") eq '1' }),
+	'a second wait begins');
 sleep 1;
 
 $m = scrape();
@@ -102,10 +107,15 @@ my %want = (
 	'zklock_stat_locks_deadlocks{name=prom_b}' => 0,
 	'zklock_stat_locks_losses{name=prom_b}' => 0,
 	'zklock_stat_locks_wait_seconds_count{name=prom_b}' => 2,
-	# The timeout waited 0.2 s, the grant more than 1 s.
+	# The timeout waited 0.2 s, the grant more than 1 s; the cancelled
+	# wait is in cancellations only.
+	'zklock_stat_locks_wait_seconds_bucket{le=0.001,name=prom_b}' => 0,
+	'zklock_stat_locks_wait_seconds_bucket{le=0.01,name=prom_b}' => 0,
 	'zklock_stat_locks_wait_seconds_bucket{le=0.1,name=prom_b}' => 0,
 	'zklock_stat_locks_wait_seconds_bucket{le=1,name=prom_b}' => 1,
+	'zklock_stat_locks_wait_seconds_bucket{le=10,name=prom_b}' => 2,
 	'zklock_stat_locks_wait_seconds_bucket{le=60,name=prom_b}' => 2,
+	'zklock_stat_locks_wait_seconds_bucket{le=600,name=prom_b}' => 2,
 	'zklock_stat_locks_wait_seconds_bucket{le=+Inf,name=prom_b}' => 2,
 	'pg_exporter_last_scrape_error{}' => 0);
 for my $key (sort keys %want)
