@@ -34,6 +34,8 @@ import subprocess
 import sys
 import time
 
+import wire
+
 PGBIN = "/usr/lib/postgresql/15/bin"
 PSQL = os.path.join(PGBIN, "psql")
 PGBENCH = os.path.join(PGBIN, "pgbench")
@@ -49,6 +51,7 @@ SCRATCH = os.path.join(WORK, "scratch")
 QUICK = os.environ.get("BENCH_QUICK", "0") not in ("", "0", "no")
 STRICT = os.environ.get("BENCH_STRICT", "0") not in ("", "0", "no")
 RESULTS = os.environ.get("BENCH_RESULTS", "")
+TCPDUMP = os.environ.get("BENCH_TCPDUMP", "")
 
 
 def env_int(name, default):
@@ -99,6 +102,9 @@ class BenchError(Exception):
 # not the clients: each repeat pins both sides of every comparison to one
 # server, and the repeats take the servers in turn.
 PIN = None
+
+# The (release stamp, grant stamp) pairs of the last release_to_grant run.
+LAST_HANDOFFS = []
 
 
 def zk_hosts():
@@ -638,14 +644,126 @@ def release_to_grant(k, rep, options="", suffix=""):
             RES.fail("handoff %d: two %s stamps in a row: the lock had two holders, "
                      "or a stamp was lost" % (k, "grant" if w1 == "g" else "release"))
             return None
-    for (w1, t1), (w2, t2) in zip(events[skip:], events[skip + 1:]):
-        if w1 == "r" and w2 == "g":
-            intervals.append((t2 - t1) * 1e3)
+    pairs = [(t1, t2) for (w1, t1), (w2, t2) in zip(events[skip:], events[skip + 1:])
+             if w1 == "r" and w2 == "g"]
+    intervals = [(g - r) * 1e3 for r, g in pairs]
     mean = statistics.mean(intervals)
     RES.add("contention_c%d_release_to_grant%s_ms" % (k, suffix), mean)
     RES.add("contention_c%d_release_to_grant%s_p50_ms" % (k, suffix),
             statistics.median(intervals))
+    LAST_HANDOFFS[:] = pairs
     return mean
+
+
+class Capture(object):
+    """tcpdump on the loopback, writing the ensemble's client traffic to a
+    pcap file until stopped."""
+
+    def __init__(self, name):
+        self.path = scratch(name + ".pcap")
+        ports = " or ".join("port %d" % p for p in ZK_PORTS)
+        self.err = open(scratch(name + ".tcpdump.log"), "w+")
+        # Immediate mode: packets still in a half-filled kernel block when
+        # tcpdump stops would be lost.
+        self.proc = subprocess.Popen([TCPDUMP, "-i", "lo", "-n", "-s", "0", "-B", "65536",
+                                      "--immediate-mode", "-U",
+                                      "--time-stamp-precision=nano", "-w", self.path,
+                                      "tcp and (%s)" % ports],
+                                     stdout=subprocess.DEVNULL, stderr=self.err)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            self.err.seek(0)
+            text = self.err.read()
+            if "listening on" in text:
+                return
+            if self.proc.poll() is not None:
+                raise BenchError("tcpdump exited: %s" % text.strip())
+            time.sleep(0.05)
+        self.proc.kill()
+        self.proc.wait()
+        raise BenchError("tcpdump did not start listening within 10 s")
+
+    def stop(self):
+        """Stop; returns the pcap file's path.  Dropped packets are an error:
+        a missing delete or notification would pair the wrong events."""
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.err.seek(0)
+        text = self.err.read()
+        self.err.close()
+        dropped = re.search(r"(\d+) packets? dropped by kernel", text)
+        captured = re.search(r"(\d+) packets? captured", text)
+        received = re.search(r"(\d+) packets? received by filter", text)
+        # On the loopback the filter sees each packet twice.
+        if dropped is None or captured is None or received is None or \
+                int(dropped.group(1)) != 0 or int(received.group(1)) > 2 * int(captured.group(1)):
+            raise BenchError("tcpdump lost packets, or said nothing of them: %s" % text.strip())
+        return self.path
+
+
+def cpu_ticks():
+    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
+
+
+def handoff_on_the_wire(k, rep):
+    """Split handoffs into the releaser's side, the ensemble's and the
+    waiter's (bench/wire.py), for the floor's contenders and for zklock's
+    backends, each run once more under a capture.  Only handoffs granted
+    by a deletion's notification split; the others (the successor asked
+    for its predecessor after the delete, was told it was gone, and
+    listed) are counted apart."""
+    stamps = scratch("floor-stamps-%d-%d" % (k, rep))
+    cap = Capture("floor-requeue-%d-%d" % (k, rep))
+    busy0 = cpu_ticks()
+    try:
+        run([ZKFLOOR, zk_hosts(), "requeue-%d" % k, str(N), "1", str(WARMUP),
+             "/zkbench/floor-wire"], env=dict(os.environ, ZKFLOOR_STAMPS=stamps))
+    finally:
+        pcap = cap.stop()
+    busy = {"floor": busy0, "floor_end": cpu_ticks()}
+    with open(stamps) as f:
+        floor_pairs = [tuple(float(x) for x in line.split()) for line in f if line.strip()]
+    os.unlink(stamps)
+    sides = {}
+    for who, pairs, pc in (("floor", floor_pairs, pcap), ("zklock", None, None)):
+        if who == "zklock":
+            cap = Capture("handoff-%d-%d" % (k, rep))
+            busy["zklock"] = cpu_ticks()
+            try:
+                release_to_grant(k, rep, suffix="_traced")
+            finally:
+                pc = cap.stop()
+            busy["zklock_end"] = cpu_ticks()
+            pairs = list(LAST_HANDOFFS)
+        deletes, notes = wire.deletes_and_notifications(pc, ZK_PORTS)
+        os.unlink(pc)
+        rel, ens, wai, other = wire.split_handoffs(pairs, deletes, notes)
+        if len(rel) < max(5, len(pairs) // 10):
+            raise BenchError("%s, %d contenders: only %d of %d handoffs were granted by a "
+                             "notification" % (who, k, len(rel), len(pairs)))
+        sides[who] = (statistics.mean(rel), statistics.mean(ens), statistics.mean(wai))
+        RES.add("wire_c%d_%s_releaser_ms" % (k, who), sides[who][0])
+        RES.add("wire_c%d_%s_ensemble_ms" % (k, who), sides[who][1])
+        RES.add("wire_c%d_%s_waiter_ms" % (k, who), sides[who][2])
+        RES.add("wire_c%d_%s_total_ms" % (k, who), sum(sides[who]))
+        RES.add("wire_c%d_%s_notified" % (k, who), len(rel) / (len(rel) + other))
+        (b0, t0), (b1, t1) = busy[who], busy[who + "_end"]
+        RES.add("wire_c%d_%s_cpu_busy" % (k, who), (b1 - b0) / max(1, t1 - t0))
+        log("on the wire, %d contenders, %s: %.3f ms = releaser %.3f + ensemble %.3f + waiter "
+            "%.3f (%d of %d handoffs granted by a notification; the cores %.0f %% busy)"
+            % (k, who, sum(sides[who]), sides[who][0], sides[who][1], sides[who][2], len(rel),
+               len(rel) + other, 100 * RES.values["wire_c%d_%s_cpu_busy" % (k, who)][-1]))
+    for i, part in enumerate(("releaser", "ensemble", "waiter")):
+        RES.add("wire_c%d_%s_extra_ms" % (k, part), sides["zklock"][i] - sides["floor"][i])
+    RES.add("ratio_wire_c%d_total" % k, sum(sides["zklock"]) / sum(sides["floor"]))
 
 
 def first_lock(kind):
@@ -776,6 +894,8 @@ def repeat(rep, kazoo, curator):
             log("contention %d backends: release -> next grant %.3f ms (%.3f x floor requeue-%d, "
                 "%.3f x floor woken-%d, %.3f x floor handoff)"
                 % (k, handoff, handoff / fq, k, handoff / fw, k, handoff / fh))
+        if TCPDUMP:
+            attempt("handoff on the wire %d" % k, handoff_on_the_wire, k, rep)
     # Deadlock detection costs nothing for waits shorter than its timeout:
     # the same handoff with detection off, back to back.
     k = DETECTION_K
@@ -1174,6 +1294,30 @@ def report(elapsed):
             "ms", "  the same handoff / floor_woken_%d of the same repeat" % k,
             "ratio_contention_c%d_release_to_grant_woken" % k, "floor_woken_%d" % k,
             key="contention_c%d_release_to_grant_ms" % k)
+        if RES.values.get("wire_c%d_zklock_total_ms" % k):
+            row("wire_c%d_floor" % k, med("wire_c%d_floor_total_ms" % k), "ms",
+                "  on the wire (floor_requeue_%d again, under a packet capture), the handoffs "
+                "a notification granted (%s of them; cores %s busy): release stamp -> delete "
+                "sent %s, -> notification sent %s, -> grant %s"
+                % (k, fmt(med("wire_c%d_floor_notified" % k)),
+                   fmt(med("wire_c%d_floor_cpu_busy" % k)),
+                   fmt(med("wire_c%d_floor_releaser_ms" % k)),
+                   fmt(med("wire_c%d_floor_ensemble_ms" % k)),
+                   fmt(med("wire_c%d_floor_waiter_ms" % k))),
+                key="wire_c%d_floor_total_ms" % k)
+            row("wire_c%d_zklock" % k, med("wire_c%d_zklock_total_ms" % k), "ms",
+                "  the same for the %d backends (%s granted by a notification; cores %s "
+                "busy): %s, %s, %s; over the floor: releaser %+.3f, ensemble %+.3f, waiter "
+                "%+.3f ms"
+                % (k, fmt(med("wire_c%d_zklock_notified" % k)),
+                   fmt(med("wire_c%d_zklock_cpu_busy" % k)),
+                   fmt(med("wire_c%d_zklock_releaser_ms" % k)),
+                   fmt(med("wire_c%d_zklock_ensemble_ms" % k)),
+                   fmt(med("wire_c%d_zklock_waiter_ms" % k)),
+                   med("wire_c%d_releaser_extra_ms" % k), med("wire_c%d_ensemble_extra_ms" % k),
+                   med("wire_c%d_waiter_extra_ms" % k)),
+                "ratio_wire_c%d_total" % k, "wire_c%d_floor" % k,
+                key="wire_c%d_zklock_total_ms" % k)
         wpr = med("contention_c%d_watchers_per_release" % k)
         other = vmax("contention_c%d_other_watchers" % k)
         mx = vmax("contention_c%d_max_watchers_one_delete" % k)

@@ -51,6 +51,10 @@
  * library's I/O and completion threads too) over the N cycles, divided
  * by N.
  *
+ * With ZKFLOOR_STAMPS=FILE, requeue-K and woken-K also write each timed
+ * handoff's release and grant to FILE in wall-clock seconds, one "r g"
+ * line each, for bench/wire.py to split against a packet capture.
+ *
  * PARENT is created (persistent, with its ancestors) if missing and
  * deleted at the end.  Node names and data look like zklock's:
  * "_c_<uuid>-lock-<seq>" holding a ~110-byte JSON identity.
@@ -575,6 +579,8 @@ static int	rq_warmup;
 static int	rq_n;
 static double rq_release_ms;	/* when the last holder sent its delete */
 static double *rq_times;
+static double rq_release_epoch; /* the same, in seconds since the epoch */
+static double *rq_stamps;		/* per timed handoff: release, grant (epoch) */
 
 static int	rq_woken;			/* woken-K: grants taken by a woken thread */
 
@@ -587,6 +593,39 @@ make_prefix(char *buf, size_t size)
 	snprintf(buf, size, "%s/_c_%08lx-%04lx-4%03lx-8%03lx-%012lx-lock-", parent,
 			 random() & 0xffffffffL, random() & 0xffffL, random() & 0xfffL,
 			 random() & 0xfffL, ((unsigned long) random() << 16) & 0xffffffffffffL);
+}
+
+/* The wall clock, as PostgreSQL's clock_timestamp() and a capture read it. */
+static double
+epoch_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/*
+ * With ZKFLOOR_STAMPS set, requeue-K and woken-K write there each timed
+ * handoff's release and grant, in seconds since the epoch ("r g" per line),
+ * so that a packet capture can split it (bench/wire.py).
+ */
+static void
+write_stamps(int n)
+{
+	const char *path = getenv("ZKFLOOR_STAMPS");
+	FILE	   *f;
+	int			i;
+
+	if (path == NULL || path[0] == '\0')
+		return;
+	f = fopen(path, "w");
+	if (f == NULL)
+		die("%s: %s", path, strerror(errno));
+	for (i = 0; i < n; i++)
+		fprintf(f, "%.9f %.9f\n", rq_stamps[2 * i], rq_stamps[2 * i + 1]);
+	if (fclose(f) != 0)
+		die("%s: %s", path, strerror(errno));
 }
 
 static long
@@ -622,7 +661,11 @@ rq_take(Contender *c)
 	if (rq_release_ms > 0)
 	{
 		if (rq_handoffs >= rq_warmup)
+		{
 			rq_times[rq_handoffs - rq_warmup] = t - rq_release_ms;
+			rq_stamps[2 * (rq_handoffs - rq_warmup)] = rq_release_epoch;
+			rq_stamps[2 * (rq_handoffs - rq_warmup) + 1] = epoch_s();
+		}
 		rq_handoffs++;
 		if (rq_handoffs == rq_warmup + rq_n)
 		{
@@ -632,6 +675,7 @@ rq_take(Contender *c)
 			return;
 		}
 	}
+	rq_release_epoch = epoch_s();
 	rq_release_ms = now_ms();
 	check_send(zoo_adelete(c->s.zh, c->own, -1, rq_delete_done, c), "delete");
 }
@@ -819,6 +863,9 @@ run_requeue(int k, int n, int warmup, double *times, double *cpu_us)
 	rq_n = n;
 	rq_release_ms = 0;
 	rq_times = times;
+	rq_stamps = calloc(2 * n, sizeof(double));
+	if (!rq_stamps)
+		die("out of memory");
 	cpu_start = cpu_now_us();
 	deadline_after(&deadline, OP_WAIT_S + (n + warmup) / 10);
 	pthread_mutex_lock(&rq_mu);
@@ -843,6 +890,8 @@ run_requeue(int k, int n, int warmup, double *times, double *cpu_us)
 	for (i = 0; i < k; i++)
 		session_close(&cs[i].s);
 	free(cs);
+	write_stamps(n);
+	free(rq_stamps);
 	for (i = 0; i < n; i++)
 		wall += times[i];
 	return wall;
