@@ -36,6 +36,8 @@
  */
 #include "postgres.h"
 
+#include <limits.h>
+
 #include "access/xact.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
@@ -56,6 +58,8 @@ typedef struct HoldMode
 	SubTransactionId *xact_subids;	/* subtransaction of each xact hold */
 	int			xact_alloc;
 	TimestampTz since;			/* when the node was granted */
+	int64		lease_until;	/* zks_monotonic_ms deadline; 0 for none */
+	int			lease_ms;		/* the lease it came from, for messages */
 	uint64		verified_at;	/* zks_connection_count when last known ours */
 	int			shown;			/* slot showing it server-wide (zk_shared.c) */
 	/* Last, so that a new entry clears the rest without the long path. */
@@ -98,8 +102,6 @@ static StringInfo acknowledged_in_xact = NULL;
 #define LOST_XACT_DETAIL "The transaction held these locks, now lost: %s."
 #define LOST_SESSION_DETAIL \
 	"This backend held these locks at session level, now lost: %s."
-#define LOST_WHY_DETAIL \
-	"The session expired or was cut off for longer than its timeout; another client may hold them now."
 #define LOST_XACT_CANCEL_HINT \
 	"The transaction cannot commit.  Roll it back and retry it under a new lock."
 #define LOST_XACT_COMMIT_HINT \
@@ -112,6 +114,15 @@ static bool zklock_synchronous_release;
 
 /* Whether a lost session-level hold keeps writing transactions from committing. */
 static bool zklock_fail_closed;
+
+/*
+ * How long a hold may last, in ms, from its grant (0: for ever).  Past it,
+ * the session is given up as if it were lost (zks_set_lease).
+ */
+static int	zklock_lease;
+
+/* Whether the session has a lease armed for one of our holds. */
+static bool lease_published = false;
 
 /* zklock.fail_closed changed: whether a loss cancels may have too. */
 static bool cancel_on_loss_stale = false;
@@ -141,6 +152,81 @@ zkh_define_settings(void)
 							 PGC_SUSET,
 							 0,
 							 NULL, fail_closed_assigned, NULL);
+	DefineCustomIntVariable("zklock.lease",
+							"Sets how long a zklock may be held before zklock gives it up by itself.",
+							"Counted from each grant; applies to the locks and slots granted while it is set.  When a hold outlives it, the backend's ZooKeeper session is given up as if it were lost: every lock it holds is released and fails closed.  0 means no lease.",
+							&zklock_lease,
+							0, 0, INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+}
+
+/*
+ * Arm the session's lease for the earliest deadline among the live holds
+ * granted under one, or disarm it.  Called when holds change; nothing is
+ * done when no lease is armed and the change brought none.
+ */
+static void
+update_lease(bool leased_change)
+{
+	HASH_SEQ_STATUS status;
+	LockEntry  *entry;
+	int64		earliest = 0;
+	int			length = 0;
+	int			m;
+
+	if (!lease_published && !leased_change)
+		return;
+	if (holds != NULL)
+	{
+		hash_seq_init(&status, holds);
+		while ((entry = hash_seq_search(&status)) != NULL)
+			for (m = 0; m < 2; m++)
+			{
+				HoldMode   *mode = &entry->modes[m];
+
+				if (mode->lease_until == 0 || mode->acquiring ||
+					mode->session_count + mode->xact_count == 0)
+					continue;
+				if (earliest == 0 || mode->lease_until < earliest)
+				{
+					earliest = mode->lease_until;
+					length = mode->lease_ms;
+				}
+			}
+	}
+	if (earliest == 0)
+	{
+		if (lease_published)
+			zks_set_lease(-1, 0);
+		lease_published = false;
+		return;
+	}
+	zks_set_lease(earliest, length);
+	lease_published = true;
+}
+
+/*
+ * A hold is taken under the current zklock.lease.  The first hold on a
+ * node (fresh: none was left on it) starts its lease anew; a stacked one
+ * may only bring the deadline closer, so no hold outlives its own lease.
+ */
+static void
+take_lease(HoldMode *mode, bool fresh)
+{
+	int64		until;
+
+	if (fresh)
+		mode->lease_until = 0;
+	if (zklock_lease <= 0)
+		return;
+	until = zks_monotonic_ms() + zklock_lease;
+	if (mode->lease_until == 0 || until < mode->lease_until)
+	{
+		mode->lease_until = until;
+		mode->lease_ms = zklock_lease;
+	}
 }
 
 static void note_acknowledged(const char *name);
@@ -234,6 +320,7 @@ remove_entry(HTAB *table, LockEntry *entry)
 	}
 	pfree(entry->name);
 	hash_search(table, entry->key, HASH_REMOVE, NULL);
+	update_lease(false);
 }
 
 static void
@@ -330,6 +417,8 @@ show_entry(HTAB *table, LockEntry *entry)
 	char		parent[ZKR_PARENT_MAX];
 	int			m;
 
+	update_lease(entry->modes[0].lease_until != 0 ||
+				 entry->modes[1].lease_until != 0);
 	if (!zksh_enabled())
 		return;
 	for (m = 0; m < 2; m++)
@@ -369,6 +458,7 @@ show_holds_in(HTAB *table)
 static void
 show_holds(void)
 {
+	update_lease(false);
 	if (!zksh_enabled())
 		return;
 	show_holds_in(holds);
@@ -392,6 +482,7 @@ zkh_add_if_held(const char *parent, bool shared, bool xact)
 	if (!has_node(mode) || mode->acquiring)
 		return false;
 	reserve_subids(mode, mode->xact_count + 1);
+	take_lease(mode, hold_count(mode) == 0);
 	add_hold(mode, xact);
 	show_entry(holds, entry);
 	return true;
@@ -510,6 +601,7 @@ zkh_acquire(const char *parent, const char *name, bool shared, bool xact,
 	if (result == ZKR_GRANTED)
 	{
 		mode->since = GetCurrentTimestamp();
+		take_lease(mode, true);
 		mode->verified_at = zks_connection_count();
 		add_hold(mode, xact);
 		show_entry(holds, entry);
@@ -703,8 +795,8 @@ lose_session(bool warn)
 	if (warn && names.len > 0)
 		ereport(WARNING,
 				(errmsg("zklock lost its ZooKeeper session"),
-				 errdetail("These locks were held, and are lost: %s.  The session expired or was cut off for longer than its timeout.",
-						   names.data),
+				 errdetail("These locks were held, and are lost: %s.  %s",
+						   names.data, zks_loss_reason()),
 				 errhint(zklock_fail_closed ? LOST_SESSION_HINT :
 						 "Another client may have acquired them since.  Redo the work they protect under a new lock.")));
 	pfree(names.data);
@@ -757,8 +849,9 @@ raise_loss(bool commit, bool xact, bool session)
 		appendStringInfo(&detail, LOST_XACT_DETAIL "  ", xact_names.data);
 	if (session_names.len > 0)
 		appendStringInfo(&detail, LOST_SESSION_DETAIL "  ", session_names.data);
-	appendStringInfoString(&detail, detail.len > 0 ? LOST_WHY_DETAIL :
-						   "The session expired or was cut off for longer than its timeout.");
+	appendStringInfoString(&detail, zks_loss_reason());
+	if (xact_names.len > 0 || session_names.len > 0)
+		appendStringInfoString(&detail, "  Another client may hold them now.");
 	ereport(ERROR,
 			(errcode(commit ? ERRCODE_TRANSACTION_ROLLBACK :
 					 ERRCODE_QUERY_CANCELED),
@@ -848,6 +941,7 @@ zkh_acquire_slot(const char *parent, const char *name, int slots, bool xact,
 		mode->node = node;
 		reserve_subids(mode, 1);
 		mode->since = GetCurrentTimestamp();
+		take_lease(mode, true);
 		mode->verified_at = zks_connection_count();
 		add_hold(mode, xact);
 		show_entry(holds, entry);

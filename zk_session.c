@@ -169,6 +169,18 @@ static bool loss_acted_on = false;
 static bool declared_lost = false;	/* sticky until a new handle is opened */
 
 /*
+ * The lease (zklock.lease, kept by the hold table): when the earliest
+ * leased hold's deadline passes, the watchdog declares the session lost,
+ * exactly as if it had expired, and has the janitor delete the held nodes
+ * at once, since the session itself may be well.  lease_ran_out says why,
+ * for the loss's messages; both reset with a new handle.
+ */
+static bool lease_armed = false;
+static struct timespec lease_deadline;
+static int	lease_length_ms;
+static bool lease_ran_out = false;
+
+/*
  * Whether the watchdog may cancel the running statement on a loss: only
  * while holds that a loss must stop exist (the hold table says), a
  * statement runs inside the statement guard's hooks (zk_guard.c), and the
@@ -1075,8 +1087,7 @@ check_session_alive(void)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("zklock lost its ZooKeeper session"),
-				 errdetail("The session expired or was cut off for longer than its timeout of %d ms.",
-						   negotiated_timeout)));
+				 errdetail_internal("%s", zks_loss_reason())));
 }
 
 /*
@@ -1159,6 +1170,8 @@ zks_set_committing(bool is_committing)
 
 	pthread_mutex_lock(&zks_mutex);
 	committing = is_committing;
+	if (!is_committing)
+		pthread_cond_signal(&watchdog_cond);	/* a lease may be due */
 	sent = is_committing && loss_cancel_sent;
 	if (sent)
 		loss_cancel_sent = false;
@@ -1254,6 +1267,68 @@ plus_ms(const struct timespec *t, int64 ms)
 	return r;
 }
 
+/* Milliseconds on the monotonic clock, which leases are measured on. */
+int64
+zks_monotonic_ms(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (int64) now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+/*
+ * Arm the lease: the session is to be given up at deadline_ms
+ * (zks_monotonic_ms), for a hold leased for length_ms; a negative
+ * deadline_ms disarms it.  The hold table calls this whenever its earliest
+ * leased hold changes.
+ */
+void
+zks_set_lease(int64 deadline_ms, int length_ms)
+{
+	pthread_mutex_lock(&zks_mutex);
+	lease_armed = deadline_ms >= 0;
+	if (lease_armed)
+	{
+		lease_deadline.tv_sec = deadline_ms / 1000;
+		lease_deadline.tv_nsec = (long) (deadline_ms % 1000) * 1000000;
+		lease_length_ms = length_ms;
+	}
+	pthread_cond_signal(&watchdog_cond);
+	pthread_mutex_unlock(&zks_mutex);
+}
+
+/*
+ * Why the session was lost, as a sentence for an error's detail: its lease
+ * ran out, or it expired or was cut off.
+ */
+const char *
+zks_loss_reason(void)
+{
+	static char reason[160];
+	bool		lease;
+	int			length;
+	int			timeout;
+
+	pthread_mutex_lock(&zks_mutex);
+	lease = lease_ran_out;
+	length = lease_length_ms;
+	timeout = negotiated_timeout;
+	pthread_mutex_unlock(&zks_mutex);
+	if (lease)
+		snprintf(reason, sizeof(reason),
+				 _("A lock was held past its lease of %d ms (zklock.lease), so zklock gave the session up."),
+				 length);
+	else if (timeout > 0)
+		snprintf(reason, sizeof(reason),
+				 _("The session expired or was cut off for longer than its timeout of %d ms."),
+				 timeout);
+	else
+		snprintf(reason, sizeof(reason), "%s",
+				 _("The session expired or was cut off for longer than its timeout."));
+	return reason;
+}
+
 static void *
 watchdog_main(void *arg)
 {
@@ -1265,10 +1340,24 @@ watchdog_main(void *arg)
 		struct timespec beat_due;
 
 		clock_gettime(CLOCK_MONOTONIC, &now);
+		/*
+		 * A lease never runs out during a commit: the commit checks passed
+		 * while it held, and the nodes must stay until the commit is
+		 * visible.  zks_set_committing(false) wakes us after it.
+		 */
+		if (lease_armed && !later(&lease_deadline, &now) && !declared_lost &&
+			!committing)
+		{
+			lease_armed = false;
+			lease_ran_out = true;
+			declared_lost = true;
+		}
 		if (lost_locked())
 		{
 			if (!loss_acted_on)
 			{
+				zhandle_t  *handle = zks_zh;
+
 				loss_acted_on = true;
 				janitor_release_held_locked();
 				if (cancel_on_loss && statement_running && !committing)
@@ -1278,6 +1367,19 @@ watchdog_main(void *arg)
 					kill(getpid(), SIGINT);
 				}
 				wake_backend();
+
+				/*
+				 * A lease that ran out leaves the session connected: its
+				 * nodes must go now, not when the backend next looks.
+				 */
+				if (lease_ran_out && handle != NULL)
+				{
+					pthread_mutex_unlock(&zks_mutex);
+					janitor_kick(handle);
+					pthread_mutex_lock(&zks_mutex);
+					/* A stop may have been asked meanwhile: look again. */
+					continue;
+				}
 			}
 			pthread_cond_wait(&watchdog_cond, &zks_mutex);
 			continue;
@@ -1299,11 +1401,13 @@ watchdog_main(void *arg)
 			send_heartbeat_locked(&now);
 			continue;
 		}
-		/* Wake when the loss would be due, or the next heartbeat. */
+		/* Wake when the loss would be due, the next heartbeat, or the lease. */
 		until = plus_ms(&last_heard, negotiated_timeout + 1);
 		if (conn_state == ZOO_CONNECTED_STATE && !heartbeat_in_flight &&
 			later(&until, &beat_due))
 			until = beat_due;
+		if (lease_armed && !committing && later(&until, &lease_deadline))
+			until = lease_deadline;
 		pthread_cond_timedwait(&watchdog_cond, &zks_mutex, &until);
 	}
 	pthread_mutex_unlock(&zks_mutex);
@@ -2260,6 +2364,8 @@ open_handle(TimestampTz deadline)
 	ever_connected = false;
 	loss_acted_on = false;
 	declared_lost = false;
+	lease_armed = false;
+	lease_ran_out = false;
 	heartbeat_in_flight = false;
 	memset(&last_heartbeat, 0, sizeof(last_heartbeat));
 	memset(&last_heard, 0, sizeof(last_heard));

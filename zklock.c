@@ -239,7 +239,7 @@ acquire_name(const char *parent, const char *name, LockMode mode, int slots,
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("zklock lost its ZooKeeper session"),
-					 errdetail("The session expired or was cut off for longer than its timeout.")));
+					 errdetail_internal("%s", zks_loss_reason())));
 		}
 		PG_RE_THROW();
 	}
