@@ -59,7 +59,7 @@ def env_int(name, default):
     return int(v) if v else default
 
 
-# Sizes.  Full: about 10-12 minutes on 2 cores; quick: well under a minute.
+# Sizes.  Full: about 15 minutes on 2 cores; quick: well under a minute.
 if QUICK:
     R = env_int("BENCH_R", 1)
     N = env_int("BENCH_N", 20)
