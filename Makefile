@@ -3,7 +3,7 @@
 #   make && make install          against the pg_config on PATH, or
 #                                 PG_CONFIG=/path/to/pg_config
 #   make installcheck             the pg_regress suites (sql/, expected/)
-#                                 against a running server: see README, Tests
+#                                 against a running server: see CONTRIBUTING.md, Tests
 #   make prove_installcheck       the TAP suites (t/) against the installed
 #                                 server's programs, with a ZooKeeper
 #                                 ensemble: see t/ZkTest.pm

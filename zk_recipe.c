@@ -32,7 +32,7 @@
  * form and a number the server did not give (or a marker and no number)
  * is not seen until the next listing.  Only a client that may write under
  * the lock's parent can make one, and such a client can break any lock by
- * deleting its holder's node (README, Security).
+ * deleting its holder's node (docs/security.md).
  *
  * Every attempt has a fresh uuid, kept across its retries; a node of the
  * other mode taken while the first is held shares the holder part of the

@@ -24,7 +24,7 @@ SELECT zk_try_lock('fenced');
 SELECT zk_lock_token('fenced') > :first_token AS larger_again;
 SELECT zk_unlock('fenced');
 
--- The fencing pattern from the README: the data store keeps the newest
+-- The fencing pattern from docs/failures.md: the data store keeps the newest
 -- token it has seen and refuses writes that carry an older one.
 CREATE TABLE fence (resource text PRIMARY KEY, token bigint NOT NULL);
 INSERT INTO fence VALUES ('datastore_a', 0);

@@ -64,7 +64,7 @@ for my $kind ('kazoo', 'curator')
 # A mixed queue of SQL, Curator and kazoo contenders is granted in FIFO
 # order.  Curator orders children by the text after its own "lock-", which
 # kazoo's names lack, so a Curator contender never queues behind a kazoo one
-# here (see the README).
+# here (see docs/interop.md).
 {
 	my $path = "$root/mixed";
 	my $h = zk_session($node);
@@ -133,7 +133,7 @@ for my $kind ('kazoo', 'curator')
 	$h->quit;
 }
 
-# The peers' own incompatibility the README warns of: Curator orders
+# The peers' own incompatibility docs/interop.md warns of: Curator orders
 # children by the text after its "lock-", which kazoo's nodes lack, so a
 # Curator client does not wait for a kazoo holder.  (zklock waits for both.)
 {
@@ -145,7 +145,7 @@ for my $kind ('kazoo', 'curator')
 	ok(peer_expect($kazoo, qr/^acquired$/m), 'peers: a kazoo client holds');
 	peer_send($curator, 'try');
 	ok(peer_expect($curator, qr/^acquired$/m),
-		'peers: a Curator client gets the lock beside it (the README\'s caveat)');
+		'peers: a Curator client gets the lock beside it (the caveat in docs/interop.md)');
 	is(sql_try($s, "zk_try_lock('peers')"), 'f', 'peers: zklock is excluded by both');
 	peer_send($_, 'release') for ($kazoo, $curator);
 	peer_expect($_, qr/^released$/m) for ($kazoo, $curator);
@@ -191,7 +191,7 @@ for my $kind ('kazoo', 'curator')
 	ok(zk_wait_contenders($path, 0), 'no node left');
 }
 
-# The README's caveat on kazoo's ReadLock: a waiting kazoo reader waits for
+# The caveat in docs/interop.md on kazoo's ReadLock: a waiting kazoo reader waits for
 # the newest writer in the queue, even one that queued after it and so
 # waits for it in turn.  Here a kazoo writer and a zklock writer queue
 # behind a waiting kazoo reader; once the first writer is gone, none of the
@@ -243,7 +243,7 @@ for my $kind ('kazoo', 'curator')
 # zklock's lock parents are containers, which the server removes once
 # nobody holds or waits.  A kazoo lock object creates its parent only the
 # first time it is used, so one kept across that meets NoNodeError (the
-# README's caveat); a new lock object per acquisition works.
+# caveat in docs/interop.md); a new lock object per acquisition works.
 {
 	my $path = "$root/reaped";
 	my $s = zk_session($node);
