@@ -1,0 +1,56 @@
+# Every SQL example in the README and in docs/ runs as written: each
+# ```sql block is run by psql (ON_ERROR_STOP, so psql's own \gset and \if
+# work too) in a fresh database of a cluster with zklock, so the docs
+# cannot drift from the functions, their arguments or their settings.
+# Outputs are not compared: the examples show made-up data.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use ZkTest;
+
+my $src = $ENV{ZKLOCK_SRC};
+my $node = zk_cluster('docs', '/zklock_t021');
+
+# The tables the examples write to.
+my $fixtures = 'CREATE TABLE incoming (id int); CREATE TABLE batches (id int);
+	CREATE TABLE job_state (finished timestamptz); INSERT INTO job_state VALUES (NULL)';
+
+my @files = ("$src/README.md", sort glob("$src/docs/*.md"));
+my $blocks = 0;
+for my $file (@files)
+{
+	my ($in, $start, @sql) = (0, 0);
+	my $n = 0;
+	for my $line (split /\n/, slurp_file($file))
+	{
+		$n++;
+		if (!$in && $line =~ /^```sql\s*$/)
+		{
+			($in, $start, @sql) = (1, $n);
+			next;
+		}
+		if ($in && $line =~ /^```/)
+		{
+			$in = 0;
+			my $where = ($file =~ s{^\Q$src\E/}{}r) . ":$start";
+			my $db = 'docs_' . ++$blocks;
+			my $text = join("\n", @sql) . "\n";
+			$node->safe_psql('postgres', "CREATE DATABASE $db");
+			if ($text !~ /CREATE EXTENSION zklock/)
+			{
+				$node->safe_psql($db, "CREATE EXTENSION zklock; $fixtures");
+			}
+			my ($rc, $out, $err) = $node->psql($db, $text,
+				extra_params => [ '-v', 'ON_ERROR_STOP=1' ]);
+			is($rc . $err, '0', "the SQL example at $where runs");
+			next;
+		}
+		push @sql, $line if $in;
+	}
+	ok(!$in, "$file: every sql block is closed");
+}
+cmp_ok($blocks, '>=', 9, 'the examples were found');
+done_testing();
