@@ -458,9 +458,12 @@ show_holds_in(HTAB *table)
 static void
 show_holds(void)
 {
-	update_lease(false);
+	/* Else show_entry updates the lease for each entry shown. */
 	if (!zksh_enabled())
+	{
+		update_lease(false);
 		return;
+	}
 	show_holds_in(holds);
 	show_holds_in(lost_holds);
 }

@@ -106,6 +106,9 @@ PIN = None
 # The (release stamp, grant stamp) pairs of the last release_to_grant run.
 LAST_HANDOFFS = []
 
+# The parts of a handoff split on the wire (bench/wire.py).
+WIRE_PARTS = ("releaser", "ensemble", "waiter")
+
 
 def zk_hosts():
     return PIN or ZK_HOSTS
@@ -715,6 +718,40 @@ def cpu_ticks():
     return sum(fields) - idle, sum(fields)
 
 
+def under_capture(name, fn):
+    """Run fn under a capture.  Returns the pcap file and the share of the
+    cores that were busy meanwhile."""
+    cap = Capture(name)
+    b0, t0 = cpu_ticks()
+    try:
+        fn()
+    finally:
+        pcap = cap.stop()
+    b1, t1 = cpu_ticks()
+    return pcap, (b1 - b0) / max(1, t1 - t0)
+
+
+def split_on_the_wire(k, who, pairs, pcap, busy):
+    """Record the split of one side's handoffs (release and grant stamps in
+    pairs) from its capture; returns (releaser, ensemble, waiter) means."""
+    deletes, notes = wire.deletes_and_notifications(pcap, ZK_PORTS)
+    os.unlink(pcap)
+    rel, ens, wai, other = wire.split_handoffs(pairs, deletes, notes)
+    if len(rel) < max(5, len(pairs) // 10):
+        raise BenchError("%s, %d contenders: only %d of %d handoffs were granted by a "
+                         "notification" % (who, k, len(rel), len(pairs)))
+    parts = (statistics.mean(rel), statistics.mean(ens), statistics.mean(wai))
+    for name, v in zip(WIRE_PARTS, parts):
+        RES.add("wire_c%d_%s_%s_ms" % (k, who, name), v)
+    RES.add("wire_c%d_%s_total_ms" % (k, who), sum(parts))
+    RES.add("wire_c%d_%s_notified" % (k, who), len(rel) / (len(rel) + other))
+    RES.add("wire_c%d_%s_cpu_busy" % (k, who), busy)
+    log("on the wire, %d contenders, %s: %.3f ms = releaser %.3f + ensemble %.3f + waiter "
+        "%.3f (%d of %d handoffs granted by a notification; the cores %.0f %% busy)"
+        % ((k, who, sum(parts)) + parts + (len(rel), len(rel) + other, 100 * busy)))
+    return parts
+
+
 def handoff_on_the_wire(k, rep):
     """Split handoffs into the releaser's side, the ensemble's and the
     waiter's (bench/wire.py), for the floor's contenders and for zklock's
@@ -723,49 +760,19 @@ def handoff_on_the_wire(k, rep):
     for its predecessor after the delete, was told it was gone, and
     listed) are counted apart."""
     stamps = scratch("floor-stamps-%d-%d" % (k, rep))
-    cap = Capture("floor-requeue-%d-%d" % (k, rep))
-    busy0 = cpu_ticks()
-    try:
-        run([ZKFLOOR, zk_hosts(), "requeue-%d" % k, str(N), "1", str(WARMUP),
-             "/zkbench/floor-wire"], env=dict(os.environ, ZKFLOOR_STAMPS=stamps))
-    finally:
-        pcap = cap.stop()
-    busy = {"floor": busy0, "floor_end": cpu_ticks()}
+    pcap, busy = under_capture("floor-requeue-%d-%d" % (k, rep), lambda: run(
+        [ZKFLOOR, zk_hosts(), "requeue-%d" % k, str(N), "1", str(WARMUP),
+         "/zkbench/floor-wire"], env=dict(os.environ, ZKFLOOR_STAMPS=stamps)))
     with open(stamps) as f:
-        floor_pairs = [tuple(float(x) for x in line.split()) for line in f if line.strip()]
+        pairs = [tuple(float(x) for x in line.split()) for line in f if line.strip()]
     os.unlink(stamps)
-    sides = {}
-    for who, pairs, pc in (("floor", floor_pairs, pcap), ("zklock", None, None)):
-        if who == "zklock":
-            cap = Capture("handoff-%d-%d" % (k, rep))
-            busy["zklock"] = cpu_ticks()
-            try:
-                release_to_grant(k, rep, suffix="_traced")
-            finally:
-                pc = cap.stop()
-            busy["zklock_end"] = cpu_ticks()
-            pairs = list(LAST_HANDOFFS)
-        deletes, notes = wire.deletes_and_notifications(pc, ZK_PORTS)
-        os.unlink(pc)
-        rel, ens, wai, other = wire.split_handoffs(pairs, deletes, notes)
-        if len(rel) < max(5, len(pairs) // 10):
-            raise BenchError("%s, %d contenders: only %d of %d handoffs were granted by a "
-                             "notification" % (who, k, len(rel), len(pairs)))
-        sides[who] = (statistics.mean(rel), statistics.mean(ens), statistics.mean(wai))
-        RES.add("wire_c%d_%s_releaser_ms" % (k, who), sides[who][0])
-        RES.add("wire_c%d_%s_ensemble_ms" % (k, who), sides[who][1])
-        RES.add("wire_c%d_%s_waiter_ms" % (k, who), sides[who][2])
-        RES.add("wire_c%d_%s_total_ms" % (k, who), sum(sides[who]))
-        RES.add("wire_c%d_%s_notified" % (k, who), len(rel) / (len(rel) + other))
-        (b0, t0), (b1, t1) = busy[who], busy[who + "_end"]
-        RES.add("wire_c%d_%s_cpu_busy" % (k, who), (b1 - b0) / max(1, t1 - t0))
-        log("on the wire, %d contenders, %s: %.3f ms = releaser %.3f + ensemble %.3f + waiter "
-            "%.3f (%d of %d handoffs granted by a notification; the cores %.0f %% busy)"
-            % (k, who, sum(sides[who]), sides[who][0], sides[who][1], sides[who][2], len(rel),
-               len(rel) + other, 100 * RES.values["wire_c%d_%s_cpu_busy" % (k, who)][-1]))
-    for i, part in enumerate(("releaser", "ensemble", "waiter")):
-        RES.add("wire_c%d_%s_extra_ms" % (k, part), sides["zklock"][i] - sides["floor"][i])
-    RES.add("ratio_wire_c%d_total" % k, sum(sides["zklock"]) / sum(sides["floor"]))
+    floor_parts = split_on_the_wire(k, "floor", pairs, pcap, busy)
+    pcap, busy = under_capture("handoff-%d-%d" % (k, rep),
+                               lambda: release_to_grant(k, rep, suffix="_traced"))
+    zk_parts = split_on_the_wire(k, "zklock", list(LAST_HANDOFFS), pcap, busy)
+    for name, z, f in zip(WIRE_PARTS, zk_parts, floor_parts):
+        RES.add("wire_c%d_%s_extra_ms" % (k, name), z - f)
+    RES.add("ratio_wire_c%d_total" % k, sum(zk_parts) / sum(floor_parts))
 
 
 def first_lock(kind):
@@ -1297,27 +1304,21 @@ def report(elapsed):
             "ratio_contention_c%d_release_to_grant_woken" % k, "floor_woken_%d" % k,
             key="contention_c%d_release_to_grant_ms" % k)
         if RES.values.get("wire_c%d_zklock_total_ms" % k):
+            def split_of(who):
+                return "%s of the handoffs granted by a notification, cores %s busy; %s ms" % (
+                    fmt(med("wire_c%d_%s_notified" % (k, who))),
+                    fmt(med("wire_c%d_%s_cpu_busy" % (k, who))),
+                    ", ".join("%s %s" % (part, fmt(med("wire_c%d_%s_%s_ms" % (k, who, part))))
+                              for part in WIRE_PARTS))
             row("wire_c%d_floor" % k, med("wire_c%d_floor_total_ms" % k), "ms",
-                "  on the wire (floor_requeue_%d again, under a packet capture), the handoffs "
-                "a notification granted (%s of them; cores %s busy): release stamp -> delete "
-                "sent %s, -> notification sent %s, -> grant %s"
-                % (k, fmt(med("wire_c%d_floor_notified" % k)),
-                   fmt(med("wire_c%d_floor_cpu_busy" % k)),
-                   fmt(med("wire_c%d_floor_releaser_ms" % k)),
-                   fmt(med("wire_c%d_floor_ensemble_ms" % k)),
-                   fmt(med("wire_c%d_floor_waiter_ms" % k))),
+                "  on the wire, floor_requeue_%d again under a packet capture (release stamp "
+                "-> delete sent -> notification sent -> grant): %s" % (k, split_of("floor")),
                 key="wire_c%d_floor_total_ms" % k)
             row("wire_c%d_zklock" % k, med("wire_c%d_zklock_total_ms" % k), "ms",
-                "  the same for the %d backends (%s granted by a notification; cores %s "
-                "busy): %s, %s, %s; over the floor: releaser %+.3f, ensemble %+.3f, waiter "
-                "%+.3f ms"
-                % (k, fmt(med("wire_c%d_zklock_notified" % k)),
-                   fmt(med("wire_c%d_zklock_cpu_busy" % k)),
-                   fmt(med("wire_c%d_zklock_releaser_ms" % k)),
-                   fmt(med("wire_c%d_zklock_ensemble_ms" % k)),
-                   fmt(med("wire_c%d_zklock_waiter_ms" % k)),
-                   med("wire_c%d_releaser_extra_ms" % k), med("wire_c%d_ensemble_extra_ms" % k),
-                   med("wire_c%d_waiter_extra_ms" % k)),
+                "  the same for the %d backends: %s; over the floor: %s ms"
+                % (k, split_of("zklock"),
+                   ", ".join("%s %+.3f" % (part, med("wire_c%d_%s_extra_ms" % (k, part)))
+                             for part in WIRE_PARTS)),
                 "ratio_wire_c%d_total" % k, "wire_c%d_floor" % k,
                 key="wire_c%d_zklock_total_ms" % k)
         wpr = med("contention_c%d_watchers_per_release" % k)

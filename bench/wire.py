@@ -132,15 +132,6 @@ def _first_notification(notes):
     return first
 
 
-def ensemble_ms(deletes, notes):
-    """For each delete that notified a watcher: delete -> notification of
-    that node, in ms.  A delete nobody watched (its successor asked too
-    late, was told the node was gone, and listed) has none."""
-    first = _first_notification(notes)
-    return [(first[node] - t) * 1e3 for t, node in deletes
-            if node in first and first[node] >= t]
-
-
 def split_handoffs(handoffs, deletes, notes):
     """handoffs: (release stamp, grant stamp) pairs.  Returns three lists in
     ms (releaser side, ensemble, waiter side) over the handoffs granted by a
