@@ -191,9 +191,10 @@ my @kinds = ('zk_kill', 'leader_kill', 'cancel', 'backend_kill');
 while (time < $end - 10)
 {
 	sleep 1 + rand(2);
-	# Each kind at least once: one not yet done comes first when possible.
+	# Each kind at least once: the kinds not yet injected come first, so a
+	# short run cannot miss one by the luck of the draw.
 	my @missing = grep { !$faults{$_} } @kinds;
-	my $what = @missing && rand() < 0.5 ? $missing[0] : $kinds[ int(rand(4)) ];
+	my $what = @missing ? $missing[ int(rand(@missing)) ] : $kinds[ int(rand(4)) ];
 	if (defined $down)
 	{
 		restart_server($down);
@@ -211,7 +212,16 @@ while (time < $end - 10)
 	}
 	if ($what eq 'cancel')
 	{
-		$faults{cancel}++ if cancel_a_waiter();
+		# Right after a restart nobody may be waiting yet: look for up to 2 s.
+		for (1 .. 20)
+		{
+			if (cancel_a_waiter())
+			{
+				$faults{cancel}++;
+				last;
+			}
+			sleep 0.1;
+		}
 		next;
 	}
 	my @pids = lock_pids($clusters[ int(rand(2)) ], 0);
