@@ -1,7 +1,8 @@
 # Every SQL example in the README and in docs/ runs as written: each
 # ```sql block is run by psql (ON_ERROR_STOP, so psql's own \gset and \if
-# work too) in a fresh database of a cluster with zklock, so the docs
-# cannot drift from the functions, their arguments or their settings.
+# work too) in a fresh database of a cluster with zklock (one that
+# schedules a pg_cron job, in pg_cron's database), so the docs cannot drift
+# from the functions, their arguments or their settings.
 # Outputs are not compared: the examples show made-up data.
 use strict;
 use warnings;
@@ -12,11 +13,14 @@ use Test::More;
 use ZkTest;
 
 my $src = $ENV{ZKLOCK_SRC};
-my $node = zk_cluster('docs', '/zklock_t021');
+my $node = zk_cluster('docs', '/zklock_t021',
+	shared_preload_libraries => "'zklock,pg_cron'");
 
 # The tables the examples write to.
 my $fixtures = 'CREATE TABLE incoming (id int); CREATE TABLE batches (id int);
 	CREATE TABLE job_state (finished timestamptz); INSERT INTO job_state VALUES (NULL)';
+
+$node->safe_psql('postgres', "CREATE EXTENSION pg_cron; $fixtures");
 
 my @files = ("$src/README.md", sort glob("$src/docs/*.md"));
 my $blocks = 0;
@@ -38,14 +42,22 @@ for my $file (@files)
 			my $where = ($file =~ s{^\Q$src\E/}{}r) . ":$start";
 			my $db = 'docs_' . ++$blocks;
 			my $text = join("\n", @sql) . "\n";
-			$node->safe_psql('postgres', "CREATE DATABASE $db");
-			if ($text !~ /CREATE EXTENSION zklock/)
+			# pg_cron's jobs are scheduled in the one database it lives in.
+			my $cron = $text =~ /\bcron\./;
+			if ($cron)
 			{
-				$node->safe_psql($db, "CREATE EXTENSION zklock; $fixtures");
+				$db = 'postgres';
+			}
+			else
+			{
+				$node->safe_psql('postgres', "CREATE DATABASE $db");
+				$node->safe_psql($db, "CREATE EXTENSION zklock; $fixtures")
+				  if $text !~ /CREATE EXTENSION zklock/;
 			}
 			my ($rc, $out, $err) = $node->psql($db, $text,
 				extra_params => [ '-v', 'ON_ERROR_STOP=1' ]);
 			is($rc . $err, '0', "the SQL example at $where runs");
+			$node->safe_psql($db, 'SELECT cron.unschedule(jobid) FROM cron.job') if $cron;
 			next;
 		}
 		push @sql, $line if $in;

@@ -1,0 +1,264 @@
+# zklock under pg_cron, in both of pg_cron's ways to run a job: east runs
+# its jobs over libpq connections, west in background workers.
+#
+#   - The README's recipe, scheduled every second on both clusters: each
+#     tick's work is done exactly once across the fleet, and runs never
+#     overlap, though each run lasts longer than the schedule's period.
+#     A skipped run says why in the server log.
+#   - In each mode: a wait for a lock can be cancelled, a lost lock cancels
+#     the job's statement and its work does not commit, and a job that
+#     ends (terminated, or failed after taking a session-level lock)
+#     leaves no lock behind.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time sleep);
+use ZkTest;
+
+my $root = '/zklock_t022';
+my %cron = (
+	shared_preload_libraries => "'zklock,pg_cron'",
+	max_worker_processes => 20,
+	'cron.database_name' => "'postgres'",
+	'zklock.session_timeout' => '4s');
+# pg_cron's libpq connections go to the clusters' socket directory.
+my $east = zk_cluster('east', $root, %cron,
+	'cron.host' => "'$PostgreSQL::Test::Cluster::test_pghost'");
+my $west = zk_cluster('west', $root, %cron,
+	'cron.use_background_workers' => 'on');
+my %mode = (east => 'libpq', west => 'background worker');
+my $files = PostgreSQL::Test::Utils::tempdir();
+
+# The data store both clusters' jobs mutate lives on east; west reaches it
+# through postgres_fdw, as a job on another machine would.
+$east->safe_psql('postgres', q{
+	CREATE TABLE ticks (tick bigint, cluster text,
+		started timestamptz, finished timestamptz)});
+my ($east_host, $east_port) = ($east->host, $east->port);
+$west->safe_psql('postgres', qq{
+	CREATE EXTENSION postgres_fdw;
+	CREATE SERVER east FOREIGN DATA WRAPPER postgres_fdw
+		OPTIONS (host '$east_host', port '$east_port', dbname 'postgres');
+	CREATE USER MAPPING FOR CURRENT_USER SERVER east;
+	CREATE FOREIGN TABLE ticks (tick bigint, cluster text,
+		started timestamptz, finished timestamptz) SERVER east});
+
+for my $node ($east, $west)
+{
+	my $name = $node->name;
+	$node->safe_psql('postgres', qq{
+		CREATE EXTENSION pg_cron;
+		CREATE FUNCTION zk_test_session_credentials() RETURNS text
+		AS '\$libdir/zklock', 'zk_test_session_credentials' LANGUAGE C;
+		CREATE TABLE local_work (what text);
+		CREATE TABLE tick_stop ();
+		-- A mark outside any transaction, so that a run that fails still
+		-- counts as the first.
+		CREATE FUNCTION first_run(job text) RETURNS void LANGUAGE plpgsql AS \$f\$
+		DECLARE
+			mark text := '$files/ran_' || job;
+		BEGIN
+			IF pg_stat_file(mark, true) IS NOT NULL THEN
+				RAISE EXCEPTION 'job % ran already', job;
+			END IF;
+			EXECUTE format('COPY (SELECT 1) TO %L', mark);
+		END \$f\$;
+		-- The README's "once across all clusters" recipe, with 3-second
+		-- ticks and 1.2 s of work between the check and the write, so two
+		-- runs that were let in together would both write.
+		CREATE FUNCTION tick_job() RETURNS void LANGUAGE plpgsql AS \$f\$
+		DECLARE
+			this_tick bigint;
+			started timestamptz;
+		BEGIN
+			IF EXISTS (SELECT 1 FROM tick_stop) THEN
+				RETURN;
+			END IF;
+			IF NOT zk_try_xact_lock('t022_tick') THEN
+				RAISE LOG 'tick job: skipped, another run holds the lock';
+				RETURN;
+			END IF;
+			started := clock_timestamp();
+			this_tick := floor(extract(epoch FROM started) / 3);
+			IF EXISTS (SELECT 1 FROM ticks WHERE tick = this_tick) THEN
+				RAISE LOG 'tick job: skipped, tick % already done', this_tick;
+				RETURN;
+			END IF;
+			PERFORM pg_sleep(1.2);
+			INSERT INTO ticks VALUES (this_tick, '$name', started, clock_timestamp());
+		END \$f\$});
+}
+
+# The pid of a run of this job once it is running, or undef.
+sub running_pid
+{
+	my ($node, $job) = @_;
+	my $pid;
+	wait_until("a run of $job on " . $node->name, sub {
+		$pid = $node->safe_psql('postgres', qq{
+			SELECT job_pid FROM cron.job_run_details d JOIN cron.job j USING (jobid)
+			WHERE j.jobname = '$job' AND d.status = 'running'
+			  AND job_pid IN (SELECT pid FROM pg_stat_activity)
+			ORDER BY runid LIMIT 1});
+		$pid ne '';
+	});
+	return $pid eq '' ? undef : $pid;
+}
+
+# Start a job that runs once: its command, after a first statement that
+# fails every run but the first (pg_cron runs an interval job first one
+# interval after it is scheduled, and unscheduling a running job would
+# cancel it).  Returns the pid of the first run, once it is running.
+sub start_job
+{
+	my ($node, $job, $command) = @_;
+	$node->safe_psql('postgres',
+		"SELECT cron.schedule('$job', '2 seconds', \$c\$SELECT first_run('$job'); $command\$c\$)");
+	return running_pid($node, $job);
+}
+
+# The status and message pg_cron recorded for this job's run with this
+# pid, once it ended and its process is gone (pg_cron may record the end
+# first); the job is unscheduled then.
+sub job_outcome
+{
+	my ($node, $job, $pid) = @_;
+	my $outcome = '';
+	wait_until("the run of pid $pid to end", sub {
+		$outcome = $node->safe_psql('postgres', qq{
+			SELECT status || ': ' || coalesce(return_message, '')
+			FROM cron.job_run_details WHERE job_pid = $pid
+			  AND status NOT IN ('starting', 'running')
+			  AND NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $pid)});
+		$outcome ne '';
+	});
+	$node->safe_psql('postgres', "SELECT cron.unschedule('$job')");
+	return $outcome;
+}
+
+# --- once per tick across the fleet, no overlap ----------------------------
+my %tick_job = map {
+	$_->name => $_->safe_psql('postgres',
+		q{SELECT cron.schedule('tick', '1 seconds', 'SELECT tick_job()')})
+} ($east, $west);
+sleep 30;
+# Stop the work first: unscheduling a job cancels its run in progress.
+my %stopped_at = map {
+	$_->name => $_->safe_psql('postgres',
+		'INSERT INTO tick_stop DEFAULT VALUES; SELECT now()')
+} ($east, $west);
+sleep 3;
+$_->safe_psql('postgres', q{SELECT cron.unschedule('tick')}) for ($east, $west);
+wait_until('the last run to end', sub {
+	join('', map {
+		$_->safe_psql('postgres', q{
+			SELECT count(*) FROM pg_stat_activity
+			WHERE query LIKE '%tick_job()%' AND pid <> pg_backend_pid()})
+	} ($east, $west)) eq '00';
+});
+
+my $ticks = $east->safe_psql('postgres', q{
+	SELECT count(DISTINCT tick) || ' ' || count(*) || ' '
+		|| max(tick) - min(tick) + 1 FROM ticks});
+my ($distinct, $runs, $span) = split / /, $ticks;
+cmp_ok($distinct, '>=', 8, "the job ran for many ticks ($distinct)");
+is($runs, $distinct, 'no tick ran twice across the two clusters');
+is($span, $distinct, 'no tick was missed between the first and the last');
+is( $east->safe_psql('postgres', q{
+		SELECT count(*) FROM ticks a JOIN ticks b
+		  ON a.ctid <> b.ctid AND a.started < b.finished AND b.started < a.finished}),
+	'0',
+	'no two runs overlapped, though each lasts longer than the period');
+for my $node ($east, $west)
+{
+	is( $node->safe_psql('postgres', qq{
+			SELECT string_agg(DISTINCT status || ': ' || return_message, ', ')
+			FROM cron.job_run_details WHERE jobid = $tick_job{$node->name}
+			  AND start_time < '$stopped_at{$node->name}'}),
+		$node == $east ? 'succeeded: 1 row' : 'succeeded: SELECT 1',
+		"$mode{$node->name} mode: every run, skipped or not, succeeded");
+}
+my $log = join '', map { slurp_file($_->logfile) } ($east, $west);
+ok($log =~ qr/LOG:  tick job: skipped, another run holds the lock/,
+	'the server log shows a run skipped while another held the lock');
+ok($log =~ qr/LOG:  tick job: skipped, tick \d+ already done/,
+	'and one skipped because its tick was done');
+
+for my $node ($east, $west)
+{
+	my $name = $node->name;
+	my $mode = $mode{$name};
+
+	# --- a wait cancelled ---------------------------------------------------
+	my $holder = zk_session($node);
+	run_sql($holder, "SELECT zk_lock('t022_busy_$name')");
+	my $pid = start_job($node, "wait_$name",
+		"SELECT zk_lock('t022_busy_$name'); INSERT INTO local_work VALUES ('waited')");
+	ok(defined $pid && wait_for_zk_wait($node, $pid), "$mode mode: the job waits for the lock");
+	my $cancelled_at = time;
+	$node->safe_psql('postgres', "SELECT pg_cancel_backend($pid)");
+	like(job_outcome($node, "wait_$name", $pid), qr/^failed: ERROR: +canceling statement due to user request/,
+		"$mode mode: a cancel ends the job's wait");
+	cmp_ok(time - $cancelled_at, '<', 3, "$mode mode: within 3 s");
+	ok(zk_wait_contenders("$root/t022_busy_$name", 1),
+		"$mode mode: the cancelled wait leaves no node");
+	run_sql($holder, "SELECT zk_unlock('t022_busy_$name')");
+	$holder->{run}->finish;
+
+	# --- a lost lock --------------------------------------------------------
+	my $creds_file = "$files/creds_$name";
+	$pid = start_job($node, "lost_$name", qq{
+		SELECT zk_xact_lock('t022_lost_$name');
+		COPY (SELECT zk_test_session_credentials()) TO '$creds_file';
+		INSERT INTO local_work VALUES ('under the lost lock');
+		SELECT pg_sleep(30)});
+	ok(defined $pid && wait_until('the job to hold the lock', sub { -s $creds_file }),
+		"$mode mode: the job holds the lock");
+	my $creds = slurp_file($creds_file);
+	chomp $creds;
+	ZkTest::zkinspect('expire', $creds);
+	like(job_outcome($node, "lost_$name", $pid),
+		qr/^failed: ERROR: +canceling statement because zklock lost its ZooKeeper session/,
+		"$mode mode: the lost lock cancels the job's statement");
+	is($node->safe_psql('postgres',
+			"SELECT count(*) FROM local_work WHERE what = 'under the lost lock'"),
+		'0', "$mode mode: the job's work under the lost lock did not commit");
+	ok(zk_wait_contenders("$root/t022_lost_$name", 0), "$mode mode: its node is gone");
+
+	# --- the job's end releases its locks -----------------------------------
+	$pid = start_job($node, "killed_$name",
+		"SELECT zk_lock('t022_exit_$name'); SELECT pg_sleep(60)");
+	ok(defined $pid && zk_wait_contenders("$root/t022_exit_$name", 1),
+		"$mode mode: a job holds a session-level lock");
+	$node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
+	like(job_outcome($node, "killed_$name", $pid), qr/^failed: /, "$mode mode: the terminated job failed");
+	ok(zk_wait_contenders("$root/t022_exit_$name", 0),
+		"$mode mode: terminating the job released its lock");
+
+	$pid = start_job($node, "error_$name", qq{
+		SELECT zk_lock('t022_exit_$name'), zk_xact_lock('t022_exit_x_$name');
+		SELECT pg_sleep(1);
+		SELECT 1 / 0});
+	job_outcome($node, "error_$name", $pid);
+	# What pg_cron records for a background worker that failed is not
+	# reliable (it recorded such a run as succeeded): read the server log.
+	like(slurp_file($node->logfile), qr/\[$pid\] (pg_cron )?ERROR:  division by zero/,
+		"$mode mode: a job fails after taking its locks");
+	ok(zk_wait_contenders("$root/t022_exit_$name", 0)
+		  && zk_wait_contenders("$root/t022_exit_x_$name", 0),
+		"$mode mode: the failed job's end released its session and transaction locks");
+	my $taken = $node->safe_psql('postgres',
+		"SELECT zk_try_lock('t022_exit_$name') AND zk_unlock('t022_exit_$name')");
+	is($taken, 't', "$mode mode: another backend takes the lock at once");
+}
+
+for my $node ($east, $west)
+{
+	unlike(slurp_file($node->logfile), qr/terminated by signal|TRAP:/,
+		"$mode{$node->name} mode: no backend or worker crashed");
+}
+$_->stop for ($east, $west);
+done_testing();
