@@ -33,6 +33,7 @@ PG_FUNCTION_INFO_V1(zk_lock_contenders);
 PG_FUNCTION_INFO_V1(zk_semaphore_contenders);
 PG_FUNCTION_INFO_V1(zk_blockers);
 PG_FUNCTION_INFO_V1(zk_status);
+PG_FUNCTION_INFO_V1(zk_sessions);
 PG_FUNCTION_INFO_V1(zk_stat_locks);
 PG_FUNCTION_INFO_V1(zk_stat_locks_reset);
 PG_FUNCTION_INFO_V1(zk_stat_wait_time_bounds);
@@ -345,6 +346,7 @@ contenders(FunctionCallInfo fcinfo, bool semaphore)
 	InitMaterializedSRF(fcinfo, 0);
 	zkh_check_session();
 	zks_open();
+	zksh_show_session();
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 										   zklock_connect_timeout);
 	PG_TRY();
@@ -416,6 +418,7 @@ zk_blockers(PG_FUNCTION_ARGS)
 
 	zkh_check_session();
 	zks_open();
+	zksh_show_session();
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 										   zklock_connect_timeout);
 	PG_TRY();
@@ -533,6 +536,72 @@ zk_stat_locks_reset(PG_FUNCTION_ARGS)
 {
 	require_shared_memory("zk_stat_locks_reset");
 	zksh_reset_stats();
+	PG_RETURN_VOID();
+}
+
+static const char *
+shown_state_name(uint32 shown)
+{
+	switch (shown)
+	{
+		case ZKS_SHOWN_CLOSED:
+			return "closed";
+		case ZKS_SHOWN_OPEN + ZKS_CONNECTED:
+			return "connected";
+		case ZKS_SHOWN_OPEN + ZKS_UNSURE:
+			return "unsure";
+		case ZKS_SHOWN_OPEN + ZKS_LOST:
+			return "lost";
+	}
+	return "unknown";
+}
+
+static void
+put_session_row(ReturnSetInfo *rsinfo, int pid, Oid database,
+				const char *state, TimestampTz since)
+{
+	Datum		values[4];
+	bool		nulls[4] = {0};
+
+	values[0] = Int32GetDatum(pid);
+	values[1] = ObjectIdGetDatum(database);
+	values[2] = CStringGetTextDatum(state);
+	values[3] = TimestampTzGetDatum(since);
+	nulls[3] = since == 0;
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/*
+ * Every backend's ZooKeeper session: with zklock preloaded, each backend
+ * that opened one, as its session's threads last showed it; this backend's
+ * own state is read live.  Without preloading, this backend alone.
+ */
+Datum
+zk_sessions(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ZkshSession *sessions;
+	TimestampTz my_since = 0;
+	bool		shown = false;
+	int			n;
+	int			i;
+
+	InitMaterializedSRF(fcinfo, 0);
+	n = zksh_sessions(&sessions);
+	for (i = 0; i < n; i++)
+	{
+		if (sessions[i].pid == MyProcPid)
+		{
+			shown = true;
+			my_since = sessions[i].since;
+			continue;
+		}
+		put_session_row(rsinfo, sessions[i].pid, sessions[i].database,
+						shown_state_name(sessions[i].state), sessions[i].since);
+	}
+	if (shown || zks_is_open())
+		put_session_row(rsinfo, MyProcPid, MyDatabaseId, session_state_name(),
+						my_since);
 	PG_RETURN_VOID();
 }
 

@@ -1030,6 +1030,16 @@ lost_locked(void)
  * Connected: our nodes are there.  Unsure: disconnected, but heard from
  * within the session timeout, so they may be.  Lost: they are gone.
  */
+static ZksState
+state_locked(void)
+{
+	if (lost_locked())
+		return ZKS_LOST;
+	if (conn_state == ZOO_CONNECTED_STATE)
+		return ZKS_CONNECTED;
+	return ZKS_UNSURE;
+}
+
 ZksState
 zks_state(void)
 {
@@ -1038,14 +1048,47 @@ zks_state(void)
 	if (zks_zh == NULL)
 		return ZKS_LOST;
 	pthread_mutex_lock(&zks_mutex);
-	if (lost_locked())
-		state = ZKS_LOST;
-	else if (conn_state == ZOO_CONNECTED_STATE)
-		state = ZKS_CONNECTED;
-	else
-		state = ZKS_UNSURE;
+	state = state_locked();
 	pthread_mutex_unlock(&zks_mutex);
 	return state;
+}
+
+/*
+ * Where the session's state is shown to the rest of the server (see
+ * zks_show_state_in), or NULL.  Written under the mutex by the backend, and
+ * by the watchdog, which looks at the state on every wake-up: each event of
+ * the session wakes it, and so does the moment the session would be lost.
+ */
+static pg_atomic_uint32 *shown_state = NULL;
+static pg_atomic_uint64 *shown_since = NULL;
+
+static void
+show_state_locked(void)
+{
+	uint32		now_shown;
+
+	if (shown_state == NULL)
+		return;
+	now_shown = zks_zh == NULL ? ZKS_SHOWN_CLOSED : ZKS_SHOWN_OPEN + state_locked();
+	if (pg_atomic_read_u32(shown_state) == now_shown)
+		return;
+	pg_atomic_write_u64(shown_since, (uint64) GetCurrentTimestamp());
+	pg_atomic_write_u32(shown_state, now_shown);
+}
+
+/*
+ * Show the session's state, from now on, in *state (ZKS_SHOWN_CLOSED, or
+ * ZKS_SHOWN_OPEN plus a ZksState) and when it last changed in *since; NULL
+ * stops it, after which no thread writes there.
+ */
+void
+zks_show_state_in(pg_atomic_uint32 *state, pg_atomic_uint64 *since)
+{
+	pthread_mutex_lock(&zks_mutex);
+	shown_state = state;
+	shown_since = since;
+	show_state_locked();
+	pthread_mutex_unlock(&zks_mutex);
 }
 
 /* Has this session ended or become unusable, so its locks are gone? */
@@ -1340,6 +1383,7 @@ watchdog_main(void *arg)
 		struct timespec beat_due;
 
 		clock_gettime(CLOCK_MONOTONIC, &now);
+		show_state_locked();
 		/*
 		 * A lease never runs out during a commit: the commit checks passed
 		 * while it held, and the nodes must stay until the commit is
@@ -2518,6 +2562,7 @@ zks_close(void)
 	zks_zh = NULL;
 	handle_generation++;
 	janitor_clear_locked();
+	show_state_locked();
 	pthread_mutex_unlock(&zks_mutex);
 
 	/*

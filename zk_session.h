@@ -11,6 +11,7 @@
 #define ZK_SESSION_H
 
 #include "datatype/timestamp.h"
+#include "port/atomics.h"
 
 #include "zk_compat.h"
 
@@ -65,11 +66,19 @@ typedef enum ZksState
 	ZKS_LOST					/* expired, or cut off for the timeout */
 } ZksState;
 
+/*
+ * The session's state as zks_show_state_in shows it to the rest of the
+ * server: ZKS_SHOWN_CLOSED, or ZKS_SHOWN_OPEN plus a ZksState.
+ */
+#define ZKS_SHOWN_CLOSED	0
+#define ZKS_SHOWN_OPEN		1
+
 extern void zks_open(void);
 extern void zks_close(void);
 extern bool zks_is_open(void);
 extern ZksState zks_state(void);
 extern bool zks_is_lost(void);
+extern void zks_show_state_in(pg_atomic_uint32 *state, pg_atomic_uint64 *since);
 extern bool zks_wait_while_unsure(void);
 extern bool zks_confirm_contact(void);
 extern uint64 zks_connection_count(void);

@@ -2,8 +2,8 @@
  *
  * zk_shared.c
  *	  What each backend shows the rest of its server in shared memory: its
- *	  zklock holds, its current wait, and per-lock statistics; and the
- *	  backend's own counters, which zk_status() shows.
+ *	  zklock holds, its current wait, its session's state, and per-lock
+ *	  statistics; and the backend's own counters, which zk_status() shows.
  *
  * Only with zklock in shared_preload_libraries: the memory is sized at
  * server start from zklock.max_shown_holds (hold slots, one per backend,
@@ -17,7 +17,10 @@
  * waits and when that wait ends (zk_recipe.c, zk_holds.c; an acquire
  * granted at once shows no wait), and counts into the statistics
  * (zksh_count, from zklock.c and the others) under the same lock, held shared, plus a
- * spinlock per name.  When a slot cannot be had (all in use, or too many
+ * spinlock per name.  A session's state changes on the session's own
+ * threads, which may not take an LWLock: they write it to the backend's
+ * session slot atomically (zks_show_state_in), and stop before the slot is
+ * freed at exit.  When a slot cannot be had (all in use, or too many
  * names tracked), what it would have shown is not shown, with one WARNING
  * per backend and setting; a lock call never fails for it.
  *
@@ -38,6 +41,7 @@
 #include <limits.h>
 
 #include "miscadmin.h"
+#include "port/atomics.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
@@ -46,6 +50,7 @@
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
 
+#include "zk_session.h"
 #include "zk_shared.h"
 
 /* Settings; their defaults are in zksh_define_settings. */
@@ -70,16 +75,30 @@ typedef struct StatEntry
  */
 #define ROLE_SHARE(nholds)		((nholds) - (nholds) / 4)
 
+/*
+ * A backend's ZooKeeper session.  The backend sets pid and database under
+ * the lock; its session's watchdog thread, which may not take an LWLock,
+ * writes the state itself (zks_show_state_in).
+ */
+typedef struct SessionSlot
+{
+	int			pid;			/* 0: free */
+	Oid			database;
+	pg_atomic_uint32 state;		/* ZKS_SHOWN_CLOSED, or ZKS_SHOWN_OPEN + ZksState */
+	pg_atomic_uint64 since;		/* TimestampTz of its last change */
+} SessionSlot;
+
 typedef struct SharedState
 {
 	LWLock	   *lock;
 	int			nholds;
 	int			nfree;			/* hold slots with pid 0 */
 	int			free_hint;		/* where to look for one first */
-	int			nwaits;
+	int			nwaits;			/* also the number of session slots */
 	uint64		stats_resets;	/* zksh_reset_stats calls */
 	ZkshHold   *holds;			/* pid 0: free */
 	ZkshWait   *waits;			/* pid 0: free */
+	SessionSlot *sessions;
 } SharedState;
 
 static SharedState *state = NULL;
@@ -90,6 +109,9 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /* This backend's wait slot (index + 1; 0: none yet). */
 static int	my_wait = 0;
+
+/* This backend's session slot (index + 1; 0: none yet). */
+static int	my_session = 0;
 
 /*
  * The lock this backend is acquiring, kept here until it really waits
@@ -136,15 +158,22 @@ zksh_define_settings(void)
 							NULL, NULL, NULL);
 }
 
+/* The state, hold, wait and session slots: all but the statistics. */
 static Size
-shared_size(void)
+slots_size(void)
 {
 	Size		size = MAXALIGN(sizeof(SharedState));
 
 	size = add_size(size, mul_size(max_shown_holds, sizeof(ZkshHold)));
 	size = add_size(size, mul_size(MaxBackends, sizeof(ZkshWait)));
-	return add_size(size, hash_estimate_size(max_tracked_names,
-											 sizeof(StatEntry)));
+	return add_size(size, mul_size(MaxBackends, sizeof(SessionSlot)));
+}
+
+static Size
+shared_size(void)
+{
+	return add_size(slots_size(), hash_estimate_size(max_tracked_names,
+													 sizeof(StatEntry)));
 }
 
 static void
@@ -166,13 +195,11 @@ startup_shmem(void)
 		prev_shmem_startup_hook();
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	state = ShmemInitStruct("zklock", MAXALIGN(sizeof(SharedState)) +
-							mul_size(max_shown_holds, sizeof(ZkshHold)) +
-							mul_size(MaxBackends, sizeof(ZkshWait)),
-							&found);
+	state = ShmemInitStruct("zklock", slots_size(), &found);
 	if (!found)
 	{
 		char	   *next = (char *) state + MAXALIGN(sizeof(SharedState));
+		int			i;
 
 		state->lock = &(GetNamedLWLockTranche("zklock"))->lock;
 		state->nholds = max_shown_holds;
@@ -182,8 +209,16 @@ startup_shmem(void)
 		state->stats_resets = 0;
 		state->holds = (ZkshHold *) next;
 		state->waits = (ZkshWait *) (next + max_shown_holds * sizeof(ZkshHold));
+		state->sessions = (SessionSlot *) (next + max_shown_holds * sizeof(ZkshHold) +
+										   MaxBackends * sizeof(ZkshWait));
 		memset(state->holds, 0, max_shown_holds * sizeof(ZkshHold));
 		memset(state->waits, 0, MaxBackends * sizeof(ZkshWait));
+		for (i = 0; i < MaxBackends; i++)
+		{
+			state->sessions[i].pid = 0;
+			pg_atomic_init_u32(&state->sessions[i].state, ZKS_SHOWN_CLOSED);
+			pg_atomic_init_u64(&state->sessions[i].since, 0);
+		}
 	}
 	ctl.keysize = sizeof(StatKey);
 	ctl.entrysize = sizeof(StatEntry);
@@ -304,6 +339,9 @@ drop_all_at_exit(int code, Datum arg)
 {
 	int			i;
 
+	/* The session outlives this callback: stop it writing to its slot. */
+	if (my_session > 0)
+		zks_show_state_in(NULL, NULL);
 	LWLockAcquire(state->lock, LW_EXCLUSIVE);
 	for (i = 0; i < state->nholds; i++)
 		if (state->holds[i].pid == MyProcPid)
@@ -313,8 +351,11 @@ drop_all_at_exit(int code, Datum arg)
 		state->waits[my_wait - 1].pid = 0;
 		state->waits[my_wait - 1].since = 0;
 	}
+	if (my_session > 0)
+		state->sessions[my_session - 1].pid = 0;
 	LWLockRelease(state->lock);
 	my_wait = 0;
+	my_session = 0;
 	wait_shown = false;
 	exited = true;
 }
@@ -378,6 +419,34 @@ zksh_put_hold(int slot, const char *parent, bool shared, bool semaphore,
 	h->since = since;
 	LWLockRelease(state->lock);
 	return slot;
+}
+
+/*
+ * Show this backend's session server-wide from now on, once it has one:
+ * the session's own threads keep the state shown up to date.
+ */
+void
+zksh_show_session(void)
+{
+	SessionSlot *slot = NULL;
+	int			i;
+
+	if (my_session != 0 || state == NULL || exited)
+		return;
+	register_exit_callback();
+	LWLockAcquire(state->lock, LW_EXCLUSIVE);
+	for (i = 0; i < state->nwaits && slot == NULL; i++)
+		if (state->sessions[i].pid == 0)
+		{
+			slot = &state->sessions[i];
+			slot->pid = MyProcPid;
+			slot->database = MyDatabaseId;
+			pg_atomic_write_u32(&slot->state, ZKS_SHOWN_CLOSED);
+			my_session = i + 1;
+		}
+	LWLockRelease(state->lock);
+	if (slot != NULL)
+		zks_show_state_in(&slot->state, &slot->since);
 }
 
 void
@@ -613,6 +682,35 @@ zksh_holds(ZkshHold **holds)
 	for (i = 0; i < state->nholds; i++)
 		if (state->holds[i].pid != 0)
 			(*holds)[n++] = state->holds[i];
+	LWLockRelease(state->lock);
+	return n;
+}
+
+/* Every backend's session, as last shown.  Returns how many. */
+int
+zksh_sessions(ZkshSession **sessions)
+{
+	int			n = 0;
+	int			i;
+
+	*sessions = NULL;
+	if (state == NULL)
+		return 0;
+	*sessions = palloc(state->nwaits * sizeof(ZkshSession));
+	LWLockAcquire(state->lock, LW_SHARED);
+	for (i = 0; i < state->nwaits; i++)
+	{
+		SessionSlot *slot = &state->sessions[i];
+		ZkshSession *s = &(*sessions)[n];
+
+		if (slot->pid == 0)
+			continue;
+		s->pid = slot->pid;
+		s->database = slot->database;
+		s->state = pg_atomic_read_u32(&slot->state);
+		s->since = (TimestampTz) pg_atomic_read_u64(&slot->since);
+		n++;
+	}
 	LWLockRelease(state->lock);
 	return n;
 }

@@ -2,8 +2,8 @@
  *
  * zk_shared.h
  *	  What each backend shows the rest of its server in shared memory: its
- *	  zklock holds, its current wait, and per-lock statistics; and the
- *	  backend's own counters.
+ *	  zklock holds, its current wait, its session's state, and per-lock
+ *	  statistics; and the backend's own counters.
  *
  *-------------------------------------------------------------------------
  */
@@ -44,6 +44,15 @@ typedef struct ZkshWait
 	char		node[ZKR_NODE_MAX];	/* "" until the waiting node is made */
 } ZkshWait;
 
+/* A backend's ZooKeeper session, as shown server-wide. */
+typedef struct ZkshSession
+{
+	int			pid;
+	Oid			database;
+	uint32		state;			/* ZKS_SHOWN_CLOSED, or ZKS_SHOWN_OPEN + ZksState */
+	TimestampTz since;			/* when it took that state */
+} ZkshSession;
+
 /*
  * The upper bounds, in ms, of the wait-time histogram's buckets: each bucket
  * counts the waits that ended within its bound and above the one before.
@@ -83,6 +92,8 @@ extern int	zksh_put_hold(int slot, const char *parent, bool shared,
 						  TimestampTz since);
 extern void zksh_drop_hold(int slot);
 
+extern void zksh_show_session(void);
+
 extern void zksh_wait_begin(const char *parent, bool shared, bool semaphore,
 							bool xact);
 extern void zksh_wait_node(const char *node);
@@ -95,6 +106,7 @@ extern int64 zksh_backend_count(ZkshCounter counter);
 
 extern int	zksh_holds(ZkshHold **holds);
 extern int	zksh_waits(ZkshWait **waits);
+extern int	zksh_sessions(ZkshSession **sessions);
 extern bool zksh_wait_of(int pid, ZkshWait *wait);
 extern int	zksh_stats(ZkshStats **stats);
 extern void zksh_reset_stats(void);

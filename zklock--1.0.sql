@@ -304,6 +304,21 @@ RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'zk_semaphore_contenders'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
+-- Every backend's ZooKeeper session, server-wide with zklock preloaded
+-- (otherwise this backend's alone): connected, unsure, lost or closed.
+CREATE FUNCTION zk_sessions(
+    OUT pid integer,
+    OUT database oid,
+    OUT state text,
+    OUT state_since timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'zk_sessions'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE VIEW zk_sessions AS
+SELECT s.pid, d.datname AS database, s.state, s.state_since
+FROM zk_sessions() s LEFT JOIN pg_catalog.pg_database d ON d.oid = s.database;
+
 -- This backend's ZooKeeper session and counters.
 CREATE FUNCTION zk_status(
     OUT state text,

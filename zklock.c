@@ -217,6 +217,7 @@ acquire_name(const char *parent, const char *name, LockMode mode, int slots,
 	}
 
 	zks_open();
+	zksh_show_session();
 	zkti_prepare(name, mode == MODE_SHARED, semaphore);
 	PG_TRY();
 	{

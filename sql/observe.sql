@@ -1,5 +1,6 @@
 --
--- Seeing who holds what: zk_locks, zk_lock_contenders, zk_status.
+-- Seeing who holds what: zk_locks, zk_lock_contenders, zk_status,
+-- zk_sessions.
 --
 -- "other" is a second backend, reached through dblink: other_try(name)
 -- says whether the lock is free there right now (setup.sql).
@@ -70,6 +71,14 @@ SELECT state, server ~ '^127\.0\.0\.1:[0-9]+$' AS server_ok,
 FROM zk_status();
 SELECT count(*) AS columns FROM pg_attribute
 WHERE attrelid = 'zk_locks'::regclass AND attnum > 0;
+
+-- zk_sessions: every backend's session; this one and the other backend
+-- that took locks are connected.
+SELECT state, database = current_database() AS this_database,
+       state_since <= now() AS since_ok
+FROM zk_sessions WHERE pid = pg_backend_pid();
+SELECT count(*) > 0 AS others_connected FROM zk_sessions
+WHERE pid <> pg_backend_pid() AND state = 'connected';
 
 -- zk_stat_locks: the "counted" wait that timed out is in the bucket of
 -- 1 s and every bucket above (they are cumulative); the cancelled one

@@ -204,6 +204,30 @@ ok(wait_until('the exited backend\'s rows to go',
 	$_->quit for ($x, @s);
 }
 
+# --- every backend's session ----------------------------------------------------
+{
+	$east->safe_psql('postgres', q{
+		CREATE FUNCTION zk_test_session_credentials() RETURNS text
+		AS '$libdir/zklock', 'zk_test_session_credentials' LANGUAGE C});
+	my $a = zk_session($east);
+	my $q = "SELECT state, state_since IS NOT NULL, database FROM zk_sessions WHERE pid = $a->{zk_pid}";
+	is(query($east, $q), '', 'a backend without a session is not shown');
+	run_sql($a, "SELECT zk_lock('session_view')");
+	is(query($east, $q), 'connected|t|postgres', 'another backend sees its session connected');
+	my ($creds) = run_sql($a, 'SELECT zk_test_session_credentials()');
+	ZkTest::zkinspect('expire', $creds);
+	ok(wait_until('the loss to be shown', sub { query($east, $q) eq 'lost|t|postgres' }),
+		'and then lost, while the backend itself sits idle');
+	run_sql($a, 'SELECT zk_unlock_all()');
+	run_sql($a, "SELECT zk_lock('session_view')");
+	is(query($east, $q), 'connected|t|postgres', 'connected again once it takes a lock anew');
+	my ($own) = run_sql($a, 'SELECT state FROM zk_sessions WHERE pid = pg_backend_pid()');
+	is($own, 'connected', 'a backend sees its own session');
+	$a->quit;
+	ok(wait_until('the exit to be shown', sub { query($east, $q) eq '' }),
+		'a backend that exits is no longer shown');
+}
+
 # --- without preloading ----------------------------------------------------------
 {
 	my $plain = zk_cluster('plain', $root, shared_preload_libraries => "''");
@@ -219,6 +243,8 @@ ok(wait_until('the exited backend\'s rows to go',
 	($rc, $stdout, $stderr) = $plain->psql('postgres', 'SELECT * FROM zk_stat_locks');
 	like($stderr, qr/zk_stat_locks needs zklock in shared_preload_libraries/,
 		'and so does zk_stat_locks');
+	($out) = run_sql($a, 'SELECT count(*), bool_and(pid = pg_backend_pid()) FROM zk_sessions');
+	is($out, '1|t', 'and zk_sessions shows its own session alone');
 	run_sql($a, 'SELECT zk_unlock_all()');
 	$a->quit;
 }

@@ -117,6 +117,11 @@ my %want = (
 	'zklock_stat_locks_wait_seconds_bucket{le=60,name=prom_b}' => 2,
 	'zklock_stat_locks_wait_seconds_bucket{le=600,name=prom_b}' => 2,
 	'zklock_stat_locks_wait_seconds_bucket{le=+Inf,name=prom_b}' => 2,
+	# a, b and c each opened a session, which is still open.
+	'zklock_sessions_backends{state=connected}' => 3,
+	'zklock_sessions_backends{state=unsure}' => 0,
+	'zklock_sessions_backends{state=lost}' => 0,
+	'zklock_sessions_backends{state=closed}' => 0,
 	'pg_exporter_last_scrape_error{}' => 0);
 for my $key (sort keys %want)
 {
@@ -124,6 +129,8 @@ for my $key (sort keys %want)
 }
 cmp_ok($m->{'zklock_stat_locks_wait_seconds_sum{name=prom_b}'}, '>', 1.2,
 	'the wait time, in seconds');
+cmp_ok($m->{'zklock_sessions_longest_seconds{state=connected}'}, '>=', 1,
+	'how long the oldest connected session has been connected');
 ok(!defined $m->{'zklock_lock_activity_holders{kind=lock,name=prom_b}'},
 	'a lock nobody holds or waits for leaves the activity');
 
