@@ -37,6 +37,7 @@ PG_FUNCTION_INFO_V1(zk_sessions);
 PG_FUNCTION_INFO_V1(zk_stat_locks);
 PG_FUNCTION_INFO_V1(zk_stat_locks_reset);
 PG_FUNCTION_INFO_V1(zk_stat_wait_time_bounds);
+PG_FUNCTION_INFO_V1(zk_stat_hold_time_bounds);
 
 static const char *
 session_state_name(void)
@@ -474,6 +475,39 @@ zk_blockers(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/*
+ * A histogram's buckets as Prometheus counts them: element i counts
+ * everything within bound i, so each includes the ones before it.
+ */
+static Datum
+cumulative_buckets(const int64 *counts, int n)
+{
+	Datum	   *buckets = palloc(n * sizeof(Datum));
+	int64		within = 0;
+	int			b;
+
+	for (b = 0; b < n; b++)
+	{
+		within += counts[b];
+		buckets[b] = Int64GetDatum(within);
+	}
+	return PointerGetDatum(construct_array(buckets, n, INT8OID, sizeof(int64),
+										   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
+/* An array of bounds in ms, as float8. */
+static Datum
+bounds_array(const int *bounds_ms, int n)
+{
+	Datum	   *bounds = palloc(n * sizeof(Datum));
+	int			b;
+
+	for (b = 0; b < n; b++)
+		bounds[b] = Float8GetDatum((double) bounds_ms[b]);
+	return PointerGetDatum(construct_array(bounds, n, FLOAT8OID, sizeof(float8),
+										   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
 /* Server-wide statistics per lock name, in the style of pg_stat_*. */
 Datum
 zk_stat_locks(PG_FUNCTION_ARGS)
@@ -489,11 +523,8 @@ zk_stat_locks(PG_FUNCTION_ARGS)
 	for (i = 0; i < n; i++)
 	{
 		int64	   *c = stats[i].counters;
-		Datum		values[9];
-		bool		nulls[9] = {0};
-		Datum		buckets[ZKSH_WAIT_BUCKETS];
-		int64		within = 0;
-		int			b;
+		Datum		values[12];
+		bool		nulls[12] = {0};
 
 		values[0] = zkt_shown_name(stats[i].name);
 		values[1] = Int64GetDatum(c[ZKSH_ACQUISITIONS]);
@@ -503,15 +534,10 @@ zk_stat_locks(PG_FUNCTION_ARGS)
 		values[5] = Int64GetDatum(c[ZKSH_CANCELLATIONS]);
 		values[6] = Int64GetDatum(c[ZKSH_DEADLOCKS]);
 		values[7] = Int64GetDatum(c[ZKSH_LOSSES]);
-		for (b = 0; b < ZKSH_WAIT_BUCKETS; b++)
-		{
-			within += c[ZKSH_WAIT_BUCKET + b];
-			buckets[b] = Int64GetDatum(within);
-		}
-		values[8] = PointerGetDatum(construct_array(buckets, ZKSH_WAIT_BUCKETS,
-													INT8OID, sizeof(int64),
-													FLOAT8PASSBYVAL,
-													TYPALIGN_DOUBLE));
+		values[8] = cumulative_buckets(&c[ZKSH_WAIT_BUCKET], ZKSH_WAIT_BUCKETS);
+		values[9] = Int64GetDatum(c[ZKSH_RELEASES]);
+		values[10] = Float8GetDatum(c[ZKSH_HOLD_TIME_US] / 1000.0);
+		values[11] = cumulative_buckets(&c[ZKSH_HOLD_BUCKET], ZKSH_HOLD_BUCKETS);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	PG_RETURN_VOID();
@@ -521,14 +547,14 @@ zk_stat_locks(PG_FUNCTION_ARGS)
 Datum
 zk_stat_wait_time_bounds(PG_FUNCTION_ARGS)
 {
-	Datum		bounds[ZKSH_WAIT_BUCKETS];
-	int			b;
+	PG_RETURN_DATUM(bounds_array(zksh_wait_bounds_ms, ZKSH_WAIT_BUCKETS));
+}
 
-	for (b = 0; b < ZKSH_WAIT_BUCKETS; b++)
-		bounds[b] = Float8GetDatum((double) zksh_wait_bounds_ms[b]);
-	PG_RETURN_ARRAYTYPE_P(construct_array(bounds, ZKSH_WAIT_BUCKETS, FLOAT8OID,
-										  sizeof(float8), FLOAT8PASSBYVAL,
-										  TYPALIGN_DOUBLE));
+/* The upper bounds of zk_stat_locks.hold_time_buckets, in ms. */
+Datum
+zk_stat_hold_time_bounds(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_DATUM(bounds_array(zksh_hold_bounds_ms, ZKSH_HOLD_BUCKETS));
 }
 
 Datum

@@ -333,7 +333,9 @@ take_slot_locked(void)
 	return 0;
 }
 
-/* Free every slot of this backend as it exits. */
+static void count_hold_locked(const ZkshHold *h);
+
+/* Free every slot of this backend as it exits: its holds end. */
 static void
 drop_all_at_exit(int code, Datum arg)
 {
@@ -345,7 +347,10 @@ drop_all_at_exit(int code, Datum arg)
 	LWLockAcquire(state->lock, LW_EXCLUSIVE);
 	for (i = 0; i < state->nholds; i++)
 		if (state->holds[i].pid == MyProcPid)
+		{
+			count_hold_locked(&state->holds[i]);
 			free_slot_locked(i);
+		}
 	if (my_wait > 0)
 	{
 		state->waits[my_wait - 1].pid = 0;
@@ -449,12 +454,14 @@ zksh_show_session(void)
 		zks_show_state_in(&slot->state, &slot->since);
 }
 
+/* The hold shown in slot ended: count it, and free the slot. */
 void
 zksh_drop_hold(int slot)
 {
 	if (state == NULL || slot == 0 || exited)
 		return;
 	LWLockAcquire(state->lock, LW_EXCLUSIVE);
+	count_hold_locked(&state->holds[slot - 1]);
 	free_slot_locked(slot - 1);
 	LWLockRelease(state->lock);
 }
@@ -568,6 +575,10 @@ zksh_count(const char *parent, bool semaphore, ZkshCounter counter,
 
 const int	zksh_wait_bounds_ms[ZKSH_WAIT_BUCKETS] = {
 	1, 10, 100, 1000, 10000, 60000, 600000
+};
+
+const int	zksh_hold_bounds_ms[ZKSH_HOLD_BUCKETS] = {
+	10, 100, 1000, 10000, 60000, 600000, 3600000, 86400000
 };
 
 /*
@@ -796,4 +807,45 @@ zksh_reset_stats(void)
 		hash_search(stats, &entry->key, HASH_REMOVE, NULL);
 	state->stats_resets++;
 	LWLockRelease(state->lock);
+}
+
+/*
+ * Count a hold of a lock that ended: its number, its time and its bucket,
+ * as zksh_count_wait counts a wait.  The hold's slot has its name and
+ * grant time, and the lock is held exclusively, so this costs a release
+ * no more than a clock reading and a spinlock: the entry is the one this
+ * backend counted the acquisition to, unless it locked another name since.
+ * A semaphore's slot and a hold already lost are not counted; nor is a
+ * name the statistics do not track.  Caller holds the lock exclusively.
+ */
+static void
+count_hold_locked(const ZkshHold *h)
+{
+	StatEntry  *entry = last_entry;
+	int64		held_us;
+	int			i;
+
+	if (h->pid == 0 || h->semaphore || h->lost || h->since == 0)
+		return;
+	if (entry == NULL || last_entry_resets != state->stats_resets ||
+		strcmp(entry->key.name, h->name) != 0)
+	{
+		StatKey		key;
+
+		strlcpy(key.name, h->name, sizeof(key.name));
+		entry = hash_search(stats, &key, HASH_FIND, NULL);
+		if (entry == NULL)
+			return;
+	}
+	held_us = Max(GetCurrentTimestamp() - h->since, 0);
+	SpinLockAcquire(&entry->mutex);
+	entry->counters[ZKSH_RELEASES]++;
+	entry->counters[ZKSH_HOLD_TIME_US] += held_us;
+	for (i = 0; i < ZKSH_HOLD_BUCKETS; i++)
+		if (held_us <= (int64) zksh_hold_bounds_ms[i] * 1000)
+		{
+			entry->counters[ZKSH_HOLD_BUCKET + i]++;
+			break;
+		}
+	SpinLockRelease(&entry->mutex);
 }

@@ -60,6 +60,10 @@ typedef struct ZkshSession
 #define ZKSH_WAIT_BUCKETS 7
 extern const int zksh_wait_bounds_ms[ZKSH_WAIT_BUCKETS];
 
+/* The same for the hold-time histogram, whose holds last longer. */
+#define ZKSH_HOLD_BUCKETS 8
+extern const int zksh_hold_bounds_ms[ZKSH_HOLD_BUCKETS];
+
 typedef enum ZkshCounter
 {
 	ZKSH_ACQUISITIONS,
@@ -70,7 +74,10 @@ typedef enum ZkshCounter
 	ZKSH_DEADLOCKS,
 	ZKSH_LOSSES,
 	ZKSH_WAIT_BUCKET,			/* the first of ZKSH_WAIT_BUCKETS */
-	ZKSH_NCOUNTERS = ZKSH_WAIT_BUCKET + ZKSH_WAIT_BUCKETS
+	ZKSH_RELEASES = ZKSH_WAIT_BUCKET + ZKSH_WAIT_BUCKETS,
+	ZKSH_HOLD_TIME_US,
+	ZKSH_HOLD_BUCKET,			/* the first of ZKSH_HOLD_BUCKETS */
+	ZKSH_NCOUNTERS = ZKSH_HOLD_BUCKET + ZKSH_HOLD_BUCKETS
 } ZkshCounter;
 
 /* Per-lock statistics, as shown by zk_stat_locks. */

@@ -238,7 +238,10 @@ CREATE FUNCTION zk_stat_locks(
     OUT cancellations bigint,
     OUT deadlocks bigint,
     OUT losses bigint,
-    OUT wait_time_buckets bigint[])
+    OUT wait_time_buckets bigint[],
+    OUT releases bigint,
+    OUT hold_time_ms double precision,
+    OUT hold_time_buckets bigint[])
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'zk_stat_locks'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
@@ -251,6 +254,13 @@ CREATE VIEW zk_stat_locks AS SELECT * FROM zk_stat_locks();
 CREATE FUNCTION zk_stat_wait_time_bounds()
 RETURNS double precision[]
 AS 'MODULE_PATHNAME', 'zk_stat_wait_time_bounds'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+-- The same for zk_stat_locks.hold_time_buckets: the holds of a lock that
+-- ended (released, or ended with their backend), by how long they lasted.
+CREATE FUNCTION zk_stat_hold_time_bounds()
+RETURNS double precision[]
+AS 'MODULE_PATHNAME', 'zk_stat_hold_time_bounds'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
 -- What each lock name is doing on this server now: its holders and

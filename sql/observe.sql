@@ -87,6 +87,13 @@ SELECT zk_stat_wait_time_bounds();
 SELECT waits, timeouts, cancellations, wait_time_buckets
 FROM zk_stat_locks WHERE name = 'counted';
 
+-- Hold times: "counted" was held once by the other backend, for more than
+-- 200 ms (this backend's timed-out and cancelled waits took that long).
+SELECT zk_stat_hold_time_bounds();
+SELECT releases, hold_time_ms > 200 AS held_long_enough,
+       hold_time_buckets[2] AS within_100ms, hold_time_buckets[8] AS within_a_day
+FROM zk_stat_locks WHERE name = 'counted';
+
 -- zk_lock_activity: what each name is doing on this server now.
 SELECT zk_lock('busy');
 SELECT other_query($$SELECT zk_lock_shared('busy', '100ms')::text$$);

@@ -117,6 +117,14 @@ my %want = (
 	'zklock_stat_locks_wait_seconds_bucket{le=60,name=prom_b}' => 2,
 	'zklock_stat_locks_wait_seconds_bucket{le=600,name=prom_b}' => 2,
 	'zklock_stat_locks_wait_seconds_bucket{le=+Inf,name=prom_b}' => 2,
+	# prom_a's re-entrant hold ends once, in one psql call; prom_b's two
+	# holds last more than 10 ms each, a's more than 1 s.
+	'zklock_stat_locks_hold_seconds_count{name=prom_a}' => 1,
+	'zklock_stat_locks_hold_seconds_bucket{le=1,name=prom_a}' => 1,
+	'zklock_stat_locks_hold_seconds_count{name=prom_b}' => 2,
+	'zklock_stat_locks_hold_seconds_bucket{le=0.01,name=prom_b}' => 0,
+	'zklock_stat_locks_hold_seconds_bucket{le=86400,name=prom_b}' => 2,
+	'zklock_stat_locks_hold_seconds_bucket{le=+Inf,name=prom_b}' => 2,
 	# a, b and c each opened a session, which is still open.
 	'zklock_sessions_backends{state=connected}' => 3,
 	'zklock_sessions_backends{state=unsure}' => 0,
@@ -129,6 +137,10 @@ for my $key (sort keys %want)
 }
 cmp_ok($m->{'zklock_stat_locks_wait_seconds_sum{name=prom_b}'}, '>', 1.2,
 	'the wait time, in seconds');
+cmp_ok($m->{'zklock_stat_locks_hold_seconds_sum{name=prom_b}'}, '>', 1.2,
+	'the hold time, in seconds');
+cmp_ok($m->{'zklock_stat_locks_hold_seconds_bucket{le=1,name=prom_b}'}, '<=', 1,
+	'the hold that lasted more than 1 s is not within 1 s');
 cmp_ok($m->{'zklock_sessions_longest_seconds{state=connected}'}, '>=', 1,
 	'how long the oldest connected session has been connected');
 ok(!defined $m->{'zklock_lock_activity_holders{kind=lock,name=prom_b}'},
@@ -141,7 +153,15 @@ is($m->{'zklock_lock_activity_holders{kind=semaphore,name=prom_b}'}, 1,
 	'a semaphore slot holder, labelled kind="semaphore"');
 run_sql($a, "SELECT zk_semaphore_release('prom_b')");
 
-$_->quit for ($a, $b, $c);
+# A hold ends with its backend too.
+run_sql($b, "SELECT zk_lock('prom_c')");
+$b->quit;
+ok(wait_until('the hold to end with its backend', sub {
+		my $m = scrape();
+		($m->{'zklock_stat_locks_hold_seconds_count{name=prom_c}'} // -1) == 1 }),
+	'a hold that ends with its backend is counted');
+
+$_->quit for ($a, $c);
 $proc->signal('TERM');
 $proc->finish;
 my $errors = join('', grep { /level=error/ } split /^/, slurp_file($log));
