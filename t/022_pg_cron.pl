@@ -2,8 +2,9 @@
 # its jobs over libpq connections, west in background workers.
 #
 #   - The README's recipe, scheduled every second on both clusters: each
-#     tick's work is done exactly once across the fleet, and runs never
-#     overlap, though each run lasts longer than the schedule's period.
+#     4-second tick's work is done exactly once across the fleet, and
+#     runs never overlap, though each run lasts longer than the
+#     schedule's period.
 #     A skipped run says why in the server log.
 #   - In each mode: a wait for a lock can be cancelled, a lost lock cancels
 #     the job's statement and its work does not commit, and a job that
@@ -17,6 +18,11 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 use ZkTest;
+
+my $pkglibdir = `pg_config --pkglibdir`;
+chomp $pkglibdir;
+plan skip_all => "pg_cron is not installed (scripts/build-pg-cron installs it)"
+  unless -f "$pkglibdir/pg_cron.so";
 
 my $root = '/zklock_t022';
 my %cron = (
@@ -61,12 +67,12 @@ for my $node ($east, $west)
 		DECLARE
 			mark text := '$files/ran_' || job;
 		BEGIN
-			IF pg_stat_file(mark, true) IS NOT NULL THEN
+			IF (pg_stat_file(mark, true)).size IS NOT NULL THEN
 				RAISE EXCEPTION 'job % ran already', job;
 			END IF;
 			EXECUTE format('COPY (SELECT 1) TO %L', mark);
 		END \$f\$;
-		-- The README's "once across all clusters" recipe, with 3-second
+		-- The README's "once across all clusters" recipe, with 4-second
 		-- ticks and 1.2 s of work between the check and the write, so two
 		-- runs that were let in together would both write.
 		CREATE FUNCTION tick_job() RETURNS void LANGUAGE plpgsql AS \$f\$
@@ -82,7 +88,7 @@ for my $node ($east, $west)
 				RETURN;
 			END IF;
 			started := clock_timestamp();
-			this_tick := floor(extract(epoch FROM started) / 3);
+			this_tick := floor(extract(epoch FROM started) / 4);
 			IF EXISTS (SELECT 1 FROM ticks WHERE tick = this_tick) THEN
 				RAISE LOG 'tick job: skipped, tick % already done', this_tick;
 				RETURN;
@@ -92,50 +98,52 @@ for my $node ($east, $west)
 		END \$f\$});
 }
 
-# The pid of a run of this job once it is running, or undef.
-sub running_pid
+# The backends running this job's command, oldest first.
+sub job_backends
 {
 	my ($node, $job) = @_;
-	my $pid;
-	wait_until("a run of $job on " . $node->name, sub {
-		$pid = $node->safe_psql('postgres', qq{
-			SELECT job_pid FROM cron.job_run_details d JOIN cron.job j USING (jobid)
-			WHERE j.jobname = '$job' AND d.status = 'running'
-			  AND job_pid IN (SELECT pid FROM pg_stat_activity)
-			ORDER BY runid LIMIT 1});
-		$pid ne '';
-	});
-	return $pid eq '' ? undef : $pid;
+	return split /\n/, $node->safe_psql('postgres', qq{
+		SELECT pid FROM pg_stat_activity
+		WHERE query LIKE '%first_run(''$job'')%' AND pid <> pg_backend_pid()
+		ORDER BY backend_start});
 }
 
 # Start a job that runs once: its command, after a first statement that
-# fails every run but the first (pg_cron runs an interval job first one
-# interval after it is scheduled, and unscheduling a running job would
-# cancel it).  Returns the pid of the first run, once it is running.
+# fails every run but the first.  (pg_cron runs an interval job first one
+# interval after it is scheduled, and unscheduling a job while it runs
+# would end the run in background-worker mode and abandon it in libpq
+# mode.)  Returns the pid of the first run, once it is running.
 sub start_job
 {
 	my ($node, $job, $command) = @_;
+	my @pids;
 	$node->safe_psql('postgres',
 		"SELECT cron.schedule('$job', '2 seconds', \$c\$SELECT first_run('$job'); $command\$c\$)");
-	return running_pid($node, $job);
+	wait_until("a run of $job on " . $node->name,
+		sub { @pids = job_backends($node, $job); @pids > 0 });
+	return $pids[0];
 }
 
 # The status and message pg_cron recorded for this job's run with this
 # pid, once it ended and its process is gone (pg_cron may record the end
-# first); the job is unscheduled then.
+# first).  The job is unscheduled then, and any later run that is still
+# going is ended.
 sub job_outcome
 {
 	my ($node, $job, $pid) = @_;
 	my $outcome = '';
 	wait_until("the run of pid $pid to end", sub {
 		$outcome = $node->safe_psql('postgres', qq{
-			SELECT status || ': ' || coalesce(return_message, '')
+			SELECT status || ': ' || coalesce(return_message, '<none>')
 			FROM cron.job_run_details WHERE job_pid = $pid
 			  AND status NOT IN ('starting', 'running')
 			  AND NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $pid)});
 		$outcome ne '';
 	});
 	$node->safe_psql('postgres', "SELECT cron.unschedule('$job')");
+	$node->safe_psql('postgres', "SELECT pg_terminate_backend($_)")
+	  for job_backends($node, $job);
+	wait_until("the runs of $job to end", sub { !job_backends($node, $job) });
 	return $outcome;
 }
 
@@ -144,21 +152,22 @@ my %tick_job = map {
 	$_->name => $_->safe_psql('postgres',
 		q{SELECT cron.schedule('tick', '1 seconds', 'SELECT tick_job()')})
 } ($east, $west);
-sleep 30;
-# Stop the work first: unscheduling a job cancels its run in progress.
+sleep 36;
+# Stop the work first: unscheduling a job would end or abandon its run in
+# progress.
 my %stopped_at = map {
 	$_->name => $_->safe_psql('postgres',
 		'INSERT INTO tick_stop DEFAULT VALUES; SELECT now()')
 } ($east, $west);
 sleep 3;
 $_->safe_psql('postgres', q{SELECT cron.unschedule('tick')}) for ($east, $west);
-wait_until('the last run to end', sub {
+ok(wait_until('the last run to end', sub {
 	join('', map {
 		$_->safe_psql('postgres', q{
 			SELECT count(*) FROM pg_stat_activity
 			WHERE query LIKE '%tick_job()%' AND pid <> pg_backend_pid()})
 	} ($east, $west)) eq '00';
-});
+}), 'the last run ended');
 
 my $ticks = $east->safe_psql('postgres', q{
 	SELECT count(DISTINCT tick) || ' ' || count(*) || ' '
@@ -175,7 +184,7 @@ is( $east->safe_psql('postgres', q{
 for my $node ($east, $west)
 {
 	is( $node->safe_psql('postgres', qq{
-			SELECT string_agg(DISTINCT status || ': ' || return_message, ', ')
+			SELECT string_agg(DISTINCT status || ': ' || coalesce(return_message, '<none>'), ', ')
 			FROM cron.job_run_details WHERE jobid = $tick_job{$node->name}
 			  AND start_time < '$stopped_at{$node->name}'}),
 		$node == $east ? 'succeeded: 1 row' : 'succeeded: SELECT 1',
@@ -203,6 +212,8 @@ for my $node ($east, $west)
 	like(job_outcome($node, "wait_$name", $pid), qr/^failed: ERROR: +canceling statement due to user request/,
 		"$mode mode: a cancel ends the job's wait");
 	cmp_ok(time - $cancelled_at, '<', 3, "$mode mode: within 3 s");
+	is($node->safe_psql('postgres', "SELECT count(*) FROM local_work WHERE what = 'waited'"),
+		'0', "$mode mode: the cancelled job did nothing after its wait");
 	ok(zk_wait_contenders("$root/t022_busy_$name", 1),
 		"$mode mode: the cancelled wait leaves no node");
 	run_sql($holder, "SELECT zk_unlock('t022_busy_$name')");
@@ -212,11 +223,11 @@ for my $node ($east, $west)
 	my $creds_file = "$files/creds_$name";
 	$pid = start_job($node, "lost_$name", qq{
 		SELECT zk_xact_lock('t022_lost_$name');
-		COPY (SELECT zk_test_session_credentials()) TO '$creds_file';
 		INSERT INTO local_work VALUES ('under the lost lock');
+		COPY (SELECT zk_test_session_credentials()) TO '$creds_file';
 		SELECT pg_sleep(30)});
 	ok(defined $pid && wait_until('the job to hold the lock', sub { -s $creds_file }),
-		"$mode mode: the job holds the lock");
+		"$mode mode: the job holds the lock and wrote under it");
 	my $creds = slurp_file($creds_file);
 	chomp $creds;
 	ZkTest::zkinspect('expire', $creds);
@@ -242,7 +253,7 @@ for my $node ($east, $west)
 		SELECT zk_lock('t022_exit_$name'), zk_xact_lock('t022_exit_x_$name');
 		SELECT pg_sleep(1);
 		SELECT 1 / 0});
-	job_outcome($node, "error_$name", $pid);
+	isnt(job_outcome($node, "error_$name", $pid), '', "$mode mode: the failing job ended");
 	# What pg_cron records for a background worker that failed is not
 	# reliable (it recorded such a run as succeeded): read the server log.
 	like(slurp_file($node->logfile), qr/\[$pid\] (pg_cron )?ERROR:  division by zero/,
