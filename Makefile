@@ -19,7 +19,9 @@ PGFILEDESC = "zklock - cluster-wide locks backed by Apache ZooKeeper"
 REGRESS = setup session xact fencing shared observe input
 REGRESS_OPTS = --load-extension=dblink --load-extension=zklock
 
-PG_CPPFLAGS = -DTHREADED -Wall -Wextra -Werror -Wno-unused-parameter \
+# Warnings are errors in CI and the test scripts (COPT=-Werror), not here:
+# a packager's newer compiler must not fail the build over a new warning.
+PG_CPPFLAGS = -DTHREADED -Wall -Wextra -Wno-unused-parameter \
 	-Wno-missing-field-initializers
 SHLIB_LINK = -lzookeeper_mt -lpthread
 
