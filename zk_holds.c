@@ -47,6 +47,7 @@
 #include "utils/timestamp.h"
 
 #include "zk_holds.h"
+#include "zk_memory.h"
 #include "zk_session.h"
 #include "zk_shared.h"
 
@@ -238,7 +239,8 @@ make_table(const char *name)
 
 	ctl.keysize = ZKR_NODE_MAX;
 	ctl.entrysize = sizeof(LockEntry);
-	return hash_create(name, 16, &ctl, HASH_ELEM | HASH_STRINGS);
+	ctl.hcxt = zk_memory();
+	return hash_create(name, 16, &ctl, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 }
 
 static void
@@ -264,7 +266,7 @@ enter(HTAB *table, const char *key, const char *name)
 {
 	LockEntry  *entry;
 	bool		found;
-	char	   *name_copy = MemoryContextStrdup(TopMemoryContext, name);
+	char	   *name_copy = MemoryContextStrdup(zk_memory(), name);
 
 	entry = hash_search(table, key, HASH_ENTER, &found);
 	if (found)
@@ -333,7 +335,7 @@ reserve_subids(HoldMode *mode, int needed)
 	alloc = Max(needed, Max(4, mode->xact_alloc * 2));
 	/* Record the new size only once the memory is there. */
 	if (mode->xact_subids == NULL)
-		mode->xact_subids = MemoryContextAlloc(TopMemoryContext,
+		mode->xact_subids = MemoryContextAlloc(zk_memory(),
 											   alloc * sizeof(SubTransactionId));
 	else
 		mode->xact_subids = repalloc(mode->xact_subids,
@@ -1217,7 +1219,7 @@ note_acknowledged(const char *name)
 
 	if (acknowledged_in_xact == NULL)
 	{
-		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+		MemoryContext old = MemoryContextSwitchTo(zk_memory());
 
 		acknowledged_in_xact = makeStringInfo();
 		MemoryContextSwitchTo(old);

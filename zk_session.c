@@ -65,6 +65,7 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+#include "zk_memory.h"
 #include "zk_names.h"
 #include "zk_session.h"
 
@@ -2106,7 +2107,7 @@ prepare_backend_resources(void)
 		/* Owned by no resource owner: it lives as long as the backend. */
 		WaitEventSet *set = CreateWaitEventSet(NULL, 3);
 #else
-		WaitEventSet *set = CreateWaitEventSet(TopMemoryContext, 3);
+		WaitEventSet *set = CreateWaitEventSet(zk_memory(), 3);
 #endif
 
 		PG_TRY();
@@ -2470,7 +2471,7 @@ zks_open(void)
 										   zklock_connect_timeout);
 	if (zks_zh == NULL)
 	{
-		char	   *hosts = MemoryContextStrdup(TopMemoryContext, zklock_hosts);
+		char	   *hosts = MemoryContextStrdup(zk_memory(), zklock_hosts);
 
 		open_handle(deadline);
 		if (opened.hosts)
@@ -2481,10 +2482,10 @@ zks_open(void)
 			pfree(opened.tls);
 		}
 		opened.hosts = hosts;
-		opened.tls = MemoryContextStrdup(TopMemoryContext, tls_settings());
-		opened.auth = MemoryContextStrdup(TopMemoryContext,
+		opened.tls = MemoryContextStrdup(zk_memory(), tls_settings());
+		opened.auth = MemoryContextStrdup(zk_memory(),
 										  zklock_auth ? zklock_auth : "");
-		opened.auth_file = MemoryContextStrdup(TopMemoryContext,
+		opened.auth_file = MemoryContextStrdup(zk_memory(),
 											   zklock_auth_file ? zklock_auth_file : "");
 		opened.session_timeout = zklock_session_timeout;
 		opened.client_log_level = zklock_client_log_level;

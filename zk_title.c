@@ -16,6 +16,7 @@
 #include "utils/memutils.h"
 #include "utils/ps_status.h"
 
+#include "zk_memory.h"
 #include "zk_title.h"
 
 /* The lock call under way: the name is the caller's, until zkti_done. */
@@ -44,7 +45,7 @@ zkti_waiting(void)
 	if (lock_name == NULL || saved_title != NULL || !update_process_title)
 		return;
 	activity = get_ps_display(&len);
-	saved_title = MemoryContextAllocZero(TopMemoryContext, len + 1);
+	saved_title = MemoryContextAllocZero(zk_memory(), len + 1);
 	memcpy(saved_title, activity, len);
 	title = psprintf("%s waiting for zklock %s\"%s\"%s", saved_title,
 					 lock_semaphore ? "semaphore " : "", lock_name,

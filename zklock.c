@@ -46,6 +46,7 @@
 #include "zk_deadlock.h"
 #include "zk_guard.h"
 #include "zk_holds.h"
+#include "zk_memory.h"
 #include "zk_session.h"
 #include "zk_shared.h"
 #include "zk_text.h"
@@ -137,8 +138,8 @@ holder_identity(void)
 		pfree(identity);
 		pfree(identity_app);
 	}
-	identity = MemoryContextStrdup(TopMemoryContext, buf.data);
-	identity_app = MemoryContextStrdup(TopMemoryContext, app);
+	identity = MemoryContextStrdup(zk_memory(), buf.data);
+	identity_app = MemoryContextStrdup(zk_memory(), app);
 	pfree(buf.data);
 	return identity;
 }

@@ -72,6 +72,11 @@ FROM zk_status();
 SELECT count(*) AS columns FROM pg_attribute
 WHERE attrelid = 'zk_locks'::regclass AND attnum > 0;
 
+-- What zklock keeps for the backend's lifetime is in a memory context of
+-- its own.
+SELECT count(*) AS zklock_context FROM pg_backend_memory_contexts
+WHERE name = 'zklock' AND parent = 'TopMemoryContext';
+
 -- zk_sessions: every backend's session; this one and the other backend
 -- that took locks are connected.
 SELECT state, database = current_database() AS this_database,
