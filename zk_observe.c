@@ -39,21 +39,30 @@ PG_FUNCTION_INFO_V1(zk_stat_locks_reset);
 PG_FUNCTION_INFO_V1(zk_stat_wait_time_bounds);
 PG_FUNCTION_INFO_V1(zk_stat_hold_time_bounds);
 
+/* A session's state as zks_show_state_in shows it, by name. */
 static const char *
-session_state_name(void)
+shown_state_name(uint32 shown)
 {
-	if (!zks_is_open())
-		return "closed";
-	switch (zks_state())
+	switch (shown)
 	{
-		case ZKS_CONNECTED:
+		case ZKS_SHOWN_CLOSED:
+			return "closed";
+		case ZKS_SHOWN_OPEN + ZKS_CONNECTED:
 			return "connected";
-		case ZKS_UNSURE:
+		case ZKS_SHOWN_OPEN + ZKS_UNSURE:
 			return "unsure";
-		case ZKS_LOST:
+		case ZKS_SHOWN_OPEN + ZKS_LOST:
 			return "lost";
 	}
 	return "unknown";
+}
+
+/* This backend's session state, read live. */
+static const char *
+session_state_name(void)
+{
+	return shown_state_name(zks_is_open() ?
+							ZKS_SHOWN_OPEN + zks_state() : ZKS_SHOWN_CLOSED);
 }
 
 #define ZK_LOCKS_COLUMNS	11
@@ -563,23 +572,6 @@ zk_stat_locks_reset(PG_FUNCTION_ARGS)
 	require_shared_memory("zk_stat_locks_reset");
 	zksh_reset_stats();
 	PG_RETURN_VOID();
-}
-
-static const char *
-shown_state_name(uint32 shown)
-{
-	switch (shown)
-	{
-		case ZKS_SHOWN_CLOSED:
-			return "closed";
-		case ZKS_SHOWN_OPEN + ZKS_CONNECTED:
-			return "connected";
-		case ZKS_SHOWN_OPEN + ZKS_UNSURE:
-			return "unsure";
-		case ZKS_SHOWN_OPEN + ZKS_LOST:
-			return "lost";
-	}
-	return "unknown";
 }
 
 static void
