@@ -13,8 +13,7 @@
  * A name is mapped from its UTF-8 form, so one text names one node
  * whatever the database encoding; SQL_ASCII databases, which know no
  * encoding, map the bytes as they are.  Semaphores live under
- * "<root>/%semaphores/", where no lock name maps (an encoded name has '%'
- * only before two hex digits).
+ * "<root>/%semaphores/" (zk_layout.h).
  *
  *-------------------------------------------------------------------------
  */
@@ -30,11 +29,9 @@
 #include "utils/timestamp.h"
 
 #include "zk_args.h"
+#include "zk_layout.h"
 
 static char *zklock_root = NULL;
-
-/* Where semaphores live under the root. */
-#define SEMAPHORE_SPACE		"%semaphores/"
 
 /*
  * zklock.root must be an absolute path of plain components, short enough
@@ -46,11 +43,11 @@ check_root(char **newval, void **extra, GucSource source)
 	const char *root = *newval;
 	const char *p;
 
-	if (root[0] != '/' || strlen(root) > ZKR_ROOT_MAX ||
+	if (root[0] != '/' || strlen(root) > ZKL_ROOT_MAX ||
 		root[strlen(root) - 1] == '/')
 	{
 		GUC_check_errdetail("zklock.root must be an absolute ZooKeeper path of at most %d bytes, without a trailing slash.",
-							ZKR_ROOT_MAX);
+							ZKL_ROOT_MAX);
 		return false;
 	}
 	for (p = root; *p; p++)
@@ -106,14 +103,14 @@ name_conversion_context(void *arg)
  * and ZKN_ENCODED_MAX.
  */
 static void
-join_parent(char parent[ZKR_PARENT_MAX], const char *space,
+join_parent(char parent[ZKL_PARENT_MAX], const char *space,
 			const char *encoded)
 {
 	size_t		rlen = strlen(zklock_root);
 	size_t		slen = strlen(space);
 	size_t		elen = strlen(encoded);
 
-	Assert(rlen + 1 + slen + elen < ZKR_PARENT_MAX);
+	Assert(rlen + 1 + slen + elen < ZKL_PARENT_MAX);
 	memcpy(parent, zklock_root, rlen);
 	parent[rlen] = '/';
 	memcpy(parent + rlen + 1, space, slen);
@@ -125,7 +122,7 @@ join_parent(char parent[ZKR_PARENT_MAX], const char *space,
  * locks).  *name is the name as given, for messages.
  */
 static void
-make_parent(text *arg, const char *space, char parent[ZKR_PARENT_MAX],
+make_parent(text *arg, const char *space, char parent[ZKL_PARENT_MAX],
 			char **name)
 {
 	char		encoded[ZKN_ENCODED_MAX];
@@ -184,12 +181,12 @@ static struct
 	int			len;
 	char		name[REMEMBERED_NAME_MAX];	/* as given, not terminated */
 	const char *space;
-	char		root[ZKR_ROOT_MAX + 1];
-	char		parent[ZKR_PARENT_MAX];
+	char		root[ZKL_ROOT_MAX + 1];
+	char		parent[ZKL_PARENT_MAX];
 }			last_parent;
 
 static void
-name_to_parent(text *arg, const char *space, char parent[ZKR_PARENT_MAX],
+name_to_parent(text *arg, const char *space, char parent[ZKL_PARENT_MAX],
 			   char **name)
 {
 	int			len = VARSIZE_ANY_EXHDR(arg);
@@ -219,7 +216,7 @@ name_to_parent(text *arg, const char *space, char parent[ZKR_PARENT_MAX],
 /* The lock name argument and its parent path. */
 void
 zka_lock_parent(FunctionCallInfo fcinfo, int argno,
-				char parent[ZKR_PARENT_MAX], char **name)
+				char parent[ZKL_PARENT_MAX], char **name)
 {
 	if (PG_ARGISNULL(argno))
 		ereport(ERROR,
@@ -231,13 +228,13 @@ zka_lock_parent(FunctionCallInfo fcinfo, int argno,
 /* The semaphore name argument and its parent path. */
 void
 zka_semaphore_parent(FunctionCallInfo fcinfo, int argno,
-					 char parent[ZKR_PARENT_MAX], char **name)
+					 char parent[ZKL_PARENT_MAX], char **name)
 {
 	if (PG_ARGISNULL(argno))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("zklock semaphore name must not be null")));
-	name_to_parent(PG_GETARG_TEXT_PP(argno), SEMAPHORE_SPACE, parent, name);
+	name_to_parent(PG_GETARG_TEXT_PP(argno), ZKL_SEMAPHORE_SPACE, parent, name);
 }
 
 static int

@@ -21,15 +21,15 @@
 /* One name of a multi-lock, with its parent path. */
 typedef struct ZkaName
 {
-	char		parent[ZKR_PARENT_MAX];
+	char		parent[ZKL_PARENT_MAX];
 	char	   *name;
 } ZkaName;
 
 extern void zka_define_settings(void);
 extern void zka_lock_parent(FunctionCallInfo fcinfo, int argno,
-							char parent[ZKR_PARENT_MAX], char **name);
+							char parent[ZKL_PARENT_MAX], char **name);
 extern void zka_semaphore_parent(FunctionCallInfo fcinfo, int argno,
-								 char parent[ZKR_PARENT_MAX], char **name);
+								 char parent[ZKL_PARENT_MAX], char **name);
 extern int	zka_lock_names(FunctionCallInfo fcinfo, int argno, ZkaName **names);
 extern int64 zka_timeout_ms(FunctionCallInfo fcinfo, int argno);
 extern int	zka_slots(FunctionCallInfo fcinfo, int argno);

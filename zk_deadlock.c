@@ -6,9 +6,8 @@
  *
  * A backend that has waited zklock.deadlock_timeout publishes its wait:
  * an ephemeral node "<root>/%waits/<session id>" holding the lock parent
- * it waits on, its waiting node and its identity.  No lock name maps to
- * "%waits" (an encoded name has '%' only before two hex digits), and the
- * node goes with the session.  It then follows the wait-for graph: the
+ * it waits on, its waiting node and its identity (zk_layout.h); the node
+ * goes with the session.  It then follows the wait-for graph: the
  * contenders its node waits for by the queue rules (zk_queue.c), their
  * owners (each node's ephemeralOwner is its session), what those sessions
  * have published, and so on.
@@ -79,6 +78,7 @@
 #include "utils/timestamp.h"
 
 #include "zk_deadlock.h"
+#include "zk_layout.h"
 #include "zk_queue.h"
 #include "zk_session.h"
 #include "zk_shared.h"
@@ -93,9 +93,6 @@ int			zklock_deadlock_timeout;
  */
 int			zkd_test_confirm_delay_ms = 0;
 int			zkd_test_max_members = ZKD_MAX_MEMBERS;
-
-/* The published waits live under <root>/WAITS_DIR. */
-#define WAITS_DIR			"%waits"
 
 /* How many times one check searches afresh after a cycle did not hold. */
 #define MAX_SEARCHES		3
@@ -598,7 +595,7 @@ confirm_cycle(Search *s)
 static char *
 lock_name_of(const char *parent)
 {
-	const char *last = strrchr(parent, '/') + 1;
+	const char *last = zkl_basename(parent);
 	char		name[ZKN_NAME_MAX + 1];
 	size_t		len;
 
@@ -789,13 +786,13 @@ zkd_check(const char *parent, const char *node_path, const char *identity,
 														ALLOCSET_DEFAULT_SIZES);
 	MemoryContext old_context = MemoryContextSwitchTo(check_context);
 	Search	   *s = palloc0(sizeof(Search));
-	const char *node = strrchr(node_path, '/') + 1;
+	const char *node = zkl_basename(node_path);
 	Member	   *self;
 	Found		found = FOUND_UNKNOWN;
 	ZkdResult	result = ZKD_AGAIN;
 
-	s->root = pnstrdup(parent, strrchr(parent, '/') - parent);
-	s->waits_dir = psprintf("%s/%s", s->root, WAITS_DIR);
+	s->root = pnstrdup(parent, zkl_parent_length(parent));
+	s->waits_dir = psprintf("%s/%s", s->root, ZKL_WAITS_DIR);
 	s->deadline = deadline;
 	s->generation = generation;
 	s->members = palloc0(sizeof(Member));

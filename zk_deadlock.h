@@ -13,13 +13,10 @@
 
 #include "zk_recipe.h"
 
-/* Longest path of a published wait: <root>/%waits/<session id>. */
-#define ZKD_PATH_MAX		(ZKR_ROOT_MAX + 32)
-
 /* A wait published in ZooKeeper; path[0] is '\0' while there is none. */
 typedef struct ZkdWait
 {
-	char		path[ZKD_PATH_MAX];
+	char		path[ZKL_WAIT_PATH_MAX];
 	int64		czxid;			/* of the published node: its age */
 } ZkdWait;
 

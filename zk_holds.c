@@ -47,6 +47,7 @@
 #include "utils/timestamp.h"
 
 #include "zk_holds.h"
+#include "zk_layout.h"
 #include "zk_memory.h"
 #include "zk_session.h"
 #include "zk_shared.h"
@@ -74,7 +75,7 @@ typedef struct HoldMode
  */
 typedef struct LockEntry
 {
-	char		key[ZKR_NODE_MAX];	/* hash key: the lock's parent path, or
+	char		key[ZKL_NODE_MAX];	/* hash key: the lock's parent path, or
 									 * the slot's node path */
 	char	   *name;			/* the lock name, for messages */
 	bool		semaphore;		/* a slot */
@@ -237,7 +238,7 @@ make_table(const char *name)
 {
 	HASHCTL		ctl;
 
-	ctl.keysize = ZKR_NODE_MAX;
+	ctl.keysize = ZKL_NODE_MAX;
 	ctl.entrysize = sizeof(LockEntry);
 	ctl.hcxt = zk_memory();
 	return hash_create(name, 16, &ctl, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
@@ -289,11 +290,11 @@ enter(HTAB *table, const char *key, const char *name)
 
 /* The parent path of the lock or semaphore of an entry. */
 static const char *
-parent_of(const LockEntry *entry, char buf[ZKR_PARENT_MAX])
+parent_of(const LockEntry *entry, char buf[ZKL_PARENT_MAX])
 {
 	if (!entry->semaphore)
 		return entry->key;
-	strlcpy(buf, entry->key, Min(ZKR_PARENT_MAX, strrchr(entry->key, '/') - entry->key + 1));
+	strlcpy(buf, entry->key, Min(ZKL_PARENT_MAX, zkl_parent_length(entry->key) + 1));
 	return buf;
 }
 
@@ -416,7 +417,7 @@ static void
 show_entry(HTAB *table, LockEntry *entry)
 {
 	bool		lost = table == lost_holds;
-	char		parent[ZKR_PARENT_MAX];
+	char		parent[ZKL_PARENT_MAX];
 	int			m;
 
 	update_lease(entry->modes[0].lease_until != 0 ||
@@ -487,6 +488,9 @@ zkh_add_if_held(const char *parent, bool shared, bool xact)
 	if (!has_node(mode) || mode->acquiring)
 		return false;
 	reserve_subids(mode, mode->xact_count + 1);
+	/* A fresh hold on a node kept to hold our place starts now. */
+	if (hold_count(mode) == 0)
+		mode->since = GetCurrentTimestamp();
 	take_lease(mode, hold_count(mode) == 0);
 	add_hold(mode, xact);
 	show_entry(holds, entry);
@@ -1068,7 +1072,7 @@ zkh_owns_node(const char *parent, const char *child)
 	{
 		const char *path = entry->modes[m].node.path;
 
-		if (path[0] != '\0' && strcmp(strrchr(path, '/') + 1, child) == 0)
+		if (path[0] != '\0' && strcmp(zkl_basename(path), child) == 0)
 			return true;
 	}
 	return false;

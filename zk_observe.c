@@ -23,6 +23,7 @@
 #include "zk_args.h"
 #include "zk_deadlock.h"
 #include "zk_holds.h"
+#include "zk_layout.h"
 #include "zk_queue.h"
 #include "zk_session.h"
 #include "zk_shared.h"
@@ -344,7 +345,7 @@ static void
 contenders(FunctionCallInfo fcinfo, bool semaphore)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	char		parent[ZKR_PARENT_MAX];
+	char		parent[ZKL_PARENT_MAX];
 	char	   *name;
 	TimestampTz deadline;
 	Queue		q = {0};
@@ -355,8 +356,8 @@ contenders(FunctionCallInfo fcinfo, bool semaphore)
 		zka_lock_parent(fcinfo, 0, parent, &name);
 	InitMaterializedSRF(fcinfo, 0);
 	zkh_check_session();
-	zks_open();
 	zksh_show_session();
+	zks_open();
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 										   zklock_connect_timeout);
 	PG_TRY();
@@ -424,16 +425,16 @@ zk_blockers(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	if (!zksh_wait_of(PG_GETARG_INT32(0), &wait) || wait.node[0] == '\0')
 		PG_RETURN_VOID();
-	parent = pnstrdup(wait.node, strrchr(wait.node, '/') - wait.node);
+	parent = pnstrdup(wait.node, zkl_parent_length(wait.node));
 
 	zkh_check_session();
-	zks_open();
 	zksh_show_session();
+	zks_open();
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 										   zklock_connect_timeout);
 	PG_TRY();
 	{
-		const char *node = strrchr(wait.node, '/') + 1;
+		const char *node = zkl_basename(wait.node);
 		int		   *blockers;
 		int			nblockers = 0;
 		int			own = -1;

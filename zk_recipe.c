@@ -57,6 +57,7 @@
 #include "utils/timestamp.h"
 
 #include "zk_deadlock.h"
+#include "zk_layout.h"
 #include "zk_queue.h"
 #include "zk_recipe.h"
 #include "zk_session.h"
@@ -71,7 +72,7 @@ typedef struct Acquisition
 {
 	const char *parent;
 	char		guid[ZKN_GUID_LEN + 1];
-	char		prefix[ZKR_NODE_MAX];
+	char		prefix[ZKL_NODE_MAX];
 	ZkLockNode *node;			/* path[0] is '\0' until a node is ours */
 	const char *data;			/* the node data: who holds */
 	bool		shared;
@@ -296,11 +297,11 @@ new_attempt(Acquisition *acq, const char *owner)
 
 /* Copy a node path the server returned; every acquisition does once. */
 static void
-copy_path(char dest[ZKR_NODE_MAX], const char *path)
+copy_path(char dest[ZKL_NODE_MAX], const char *path)
 {
 	size_t		len = strlen(path);
 
-	if (len >= ZKR_NODE_MAX)
+	if (len >= ZKL_NODE_MAX)
 		elog(ERROR, "zklock node path too long: \"%s\"", path);
 	memcpy(dest, path, len + 1);
 }
@@ -321,12 +322,6 @@ is_ours(Acquisition *acq, const char *child)
 		zkn_is_node_of(child, acq->guid, acq->shared);
 }
 
-static const char *
-basename_of(const char *path)
-{
-	return strrchr(path, '/') + 1;
-}
-
 /*
  * The parent (a container, so the server reaps it once unused) or the root
  * above it is missing.  Create the root's components and the parent in one
@@ -336,7 +331,7 @@ basename_of(const char *path)
 static bool
 create_parent_path(Acquisition *acq)
 {
-	char		path[ZKR_PARENT_MAX];
+	char		path[ZKL_PARENT_MAX];
 	const char *slash;
 	int			i;
 
@@ -387,7 +382,7 @@ typedef enum Search
 static Search
 find_own_node(Acquisition *acq)
 {
-	char		found[ZKR_NODE_MAX] = "";
+	char		found[ZKL_NODE_MAX] = "";
 	int			i;
 	int			rc;
 
@@ -519,7 +514,7 @@ parse_listing(Acquisition *acq, ZkqEntry *entries)
 			zks_deleting(acq->parent, child))
 			continue;
 		if (is_ours(acq, child) &&
-			strcmp(child, basename_of(acq->node->path)) != 0)
+			strcmp(child, zkl_basename(acq->node->path)) != 0)
 		{
 			char	   *stray = psprintf("%s/%s", acq->parent, child);
 
@@ -618,7 +613,7 @@ decide(Acquisition *acq, ZkqVerdict *verdict, char ***watches, int *nwatch,
 	   bool *first_waiter)
 {
 	ZkqEntry   *entries = palloc(Max(acq->list->nchildren, 1) * sizeof(ZkqEntry));
-	const char *own_name = basename_of(acq->node->path);
+	const char *own_name = zkl_basename(acq->node->path);
 	int			n = parse_listing(acq, entries);
 	int			own = -1;
 	bool		by_czxid;
@@ -1067,7 +1062,7 @@ zkr_acquire(const char *parent, bool shared, int slots,
 	acq->has_other = other_node != NULL;
 	node->path[0] = '\0';
 	/* A second mode's node shares the holder part of the first's uuid. */
-	new_attempt(acq, other_node ? basename_of(other_node) + 3 : NULL);
+	new_attempt(acq, other_node ? zkl_basename(other_node) + 3 : NULL);
 
 	zks_send_pending_deletes();
 	PG_TRY();

@@ -12,23 +12,7 @@
 
 #include "datatype/timestamp.h"
 
-#include "zk_names.h"
-
-/* Longest zklock.root accepted, in bytes. */
-#define ZKR_ROOT_MAX		200
-
-/*
- * Longest lock parent path: <root>/<encoded name>, or, for a semaphore,
- * <root>/%semaphores/<encoded name>.
- */
-#define ZKR_PARENT_MAX		(ZKR_ROOT_MAX + 1 + 12 + ZKN_ENCODED_MAX)
-
-/*
- * Longest contender path: <parent>/_c_<guid>-read-lock-<sequence>, where a
- * wrapped sequence takes 11 characters (a semaphore's "-sem<N>-" is no
- * longer than "-read-lock-").
- */
-#define ZKR_NODE_MAX		(ZKR_PARENT_MAX + 4 + ZKN_GUID_LEN + 11 + 11)
+#include "zk_layout.h"
 
 /* Longest wait for ZooKeeper to confirm a release. */
 #define ZKR_RELEASE_WAIT_MAX_MS	2000
@@ -42,7 +26,7 @@ typedef enum ZkrResult
 
 typedef struct ZkLockNode
 {
-	char		path[ZKR_NODE_MAX];
+	char		path[ZKL_NODE_MAX];
 	int64		czxid;
 } ZkLockNode;
 

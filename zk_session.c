@@ -1061,8 +1061,14 @@ zks_state(void)
  * the session wakes it, and so does the moment the session would be lost.
  */
 static pg_atomic_uint32 *shown_state = NULL;
-static pg_atomic_uint64 *shown_since = NULL;
+static pg_atomic_uint32 *shown_since = NULL;
 
+/*
+ * Called before the watchdog sleeps, so that what it last decided is shown
+ * (a loss it declares wakes nobody else).  The time is read from the
+ * system, not from PostgreSQL, and written before the state, so that a
+ * reader who reads the state first sees a time no older than it.
+ */
 static void
 show_state_locked(void)
 {
@@ -1073,17 +1079,20 @@ show_state_locked(void)
 	now_shown = zks_zh == NULL ? ZKS_SHOWN_CLOSED : ZKS_SHOWN_OPEN + state_locked();
 	if (pg_atomic_read_u32(shown_state) == now_shown)
 		return;
-	pg_atomic_write_u64(shown_since, (uint64) GetCurrentTimestamp());
+	pg_atomic_write_u32(shown_since, (uint32) time(NULL));
+	pg_write_barrier();
 	pg_atomic_write_u32(shown_state, now_shown);
 }
 
 /*
  * Show the session's state, from now on, in *state (ZKS_SHOWN_CLOSED, or
- * ZKS_SHOWN_OPEN plus a ZksState) and when it last changed in *since; NULL
- * stops it, after which no thread writes there.
+ * ZKS_SHOWN_OPEN plus a ZksState) and when it last changed in *since, in
+ * seconds since the Unix epoch; NULL stops it, after which no thread
+ * writes there.  Both are 32-bit atomics, native (no lock) on the
+ * platforms zklock is built for.
  */
 void
-zks_show_state_in(pg_atomic_uint32 *state, pg_atomic_uint64 *since)
+zks_show_state_in(pg_atomic_uint32 *state, pg_atomic_uint32 *since)
 {
 	pthread_mutex_lock(&zks_mutex);
 	shown_state = state;
@@ -1384,7 +1393,6 @@ watchdog_main(void *arg)
 		struct timespec beat_due;
 
 		clock_gettime(CLOCK_MONOTONIC, &now);
-		show_state_locked();
 		/*
 		 * A lease never runs out during a commit: the commit checks passed
 		 * while it held, and the nodes must stay until the commit is
@@ -1426,11 +1434,13 @@ watchdog_main(void *arg)
 					continue;
 				}
 			}
+			show_state_locked();
 			pthread_cond_wait(&watchdog_cond, &zks_mutex);
 			continue;
 		}
 		if (!ever_connected || negotiated_timeout <= 0)
 		{
+			show_state_locked();
 			pthread_cond_wait(&watchdog_cond, &zks_mutex);
 			continue;
 		}
@@ -1453,6 +1463,7 @@ watchdog_main(void *arg)
 			until = beat_due;
 		if (lease_armed && !committing && later(&until, &lease_deadline))
 			until = lease_deadline;
+		show_state_locked();
 		pthread_cond_timedwait(&watchdog_cond, &zks_mutex, &until);
 	}
 	pthread_mutex_unlock(&zks_mutex);
@@ -2518,6 +2529,10 @@ zks_open(void)
 				 errhint("Check that the ensemble is running and reachable, or raise zklock.connect_timeout.")));
 	}
 	session_id = zoo_client_id(zks_zh)->client_id;
+	/* Shown at once, not when the watchdog next sleeps. */
+	pthread_mutex_lock(&zks_mutex);
+	show_state_locked();
+	pthread_mutex_unlock(&zks_mutex);
 }
 
 /*

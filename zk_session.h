@@ -78,7 +78,7 @@ extern void zks_close(void);
 extern bool zks_is_open(void);
 extern ZksState zks_state(void);
 extern bool zks_is_lost(void);
-extern void zks_show_state_in(pg_atomic_uint32 *state, pg_atomic_uint64 *since);
+extern void zks_show_state_in(pg_atomic_uint32 *state, pg_atomic_uint32 *since);
 extern bool zks_wait_while_unsure(void);
 extern bool zks_confirm_contact(void);
 extern uint64 zks_connection_count(void);

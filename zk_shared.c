@@ -50,6 +50,7 @@
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
 
+#include "zk_layout.h"
 #include "zk_session.h"
 #include "zk_shared.h"
 
@@ -85,7 +86,7 @@ typedef struct SessionSlot
 	int			pid;			/* 0: free */
 	Oid			database;
 	pg_atomic_uint32 state;		/* ZKS_SHOWN_CLOSED, or ZKS_SHOWN_OPEN + ZksState */
-	pg_atomic_uint64 since;		/* TimestampTz of its last change */
+	pg_atomic_uint32 since;		/* its last change, in seconds since 1970 */
 } SessionSlot;
 
 typedef struct SharedState
@@ -96,6 +97,7 @@ typedef struct SharedState
 	int			free_hint;		/* where to look for one first */
 	int			nwaits;			/* also the number of session slots */
 	uint64		stats_resets;	/* zksh_reset_stats calls */
+	TimestampTz stats_reset_at; /* the last one */
 	ZkshHold   *holds;			/* pid 0: free */
 	ZkshWait   *waits;			/* pid 0: free */
 	SessionSlot *sessions;
@@ -207,6 +209,7 @@ startup_shmem(void)
 		state->free_hint = 0;
 		state->nwaits = MaxBackends;
 		state->stats_resets = 0;
+		state->stats_reset_at = 0;
 		state->holds = (ZkshHold *) next;
 		state->waits = (ZkshWait *) (next + max_shown_holds * sizeof(ZkshHold));
 		state->sessions = (SessionSlot *) (next + max_shown_holds * sizeof(ZkshHold) +
@@ -217,7 +220,7 @@ startup_shmem(void)
 		{
 			state->sessions[i].pid = 0;
 			pg_atomic_init_u32(&state->sessions[i].state, ZKS_SHOWN_CLOSED);
-			pg_atomic_init_u64(&state->sessions[i].since, 0);
+			pg_atomic_init_u32(&state->sessions[i].since, 0);
 		}
 	}
 	ctl.keysize = sizeof(StatKey);
@@ -255,7 +258,7 @@ zksh_name_of(const char *parent, char name[ZKN_NAME_MAX + 1])
 {
 	static char last_parent[ZKN_WAIT_PARENT_MAX];
 	static char last_name[ZKN_NAME_MAX + 1];
-	const char *last = strrchr(parent, '/') + 1;
+	const char *last = zkl_basename(parent);
 	size_t		len;
 
 	if (strcmp(parent, last_parent) == 0)
@@ -333,12 +336,13 @@ take_slot_locked(void)
 	return 0;
 }
 
-static void count_hold_locked(const ZkshHold *h);
+static void count_hold_locked(const ZkshHold *h, TimestampTz now);
 
 /* Free every slot of this backend as it exits: its holds end. */
 static void
 drop_all_at_exit(int code, Datum arg)
 {
+	TimestampTz now = GetCurrentTimestamp();
 	int			i;
 
 	/* The session outlives this callback: stop it writing to its slot. */
@@ -348,7 +352,7 @@ drop_all_at_exit(int code, Datum arg)
 	for (i = 0; i < state->nholds; i++)
 		if (state->holds[i].pid == MyProcPid)
 		{
-			count_hold_locked(&state->holds[i]);
+			count_hold_locked(&state->holds[i], now);
 			free_slot_locked(i);
 		}
 	if (my_wait > 0)
@@ -427,8 +431,8 @@ zksh_put_hold(int slot, const char *parent, bool shared, bool semaphore,
 }
 
 /*
- * Show this backend's session server-wide from now on, once it has one:
- * the session's own threads keep the state shown up to date.
+ * Show this backend's session server-wide from now on (called before the
+ * first one opens): the session keeps the state shown up to date.
  */
 void
 zksh_show_session(void)
@@ -447,6 +451,7 @@ zksh_show_session(void)
 			slot->pid = MyProcPid;
 			slot->database = MyDatabaseId;
 			pg_atomic_write_u32(&slot->state, ZKS_SHOWN_CLOSED);
+			pg_atomic_write_u32(&slot->since, 0);
 			my_session = i + 1;
 		}
 	LWLockRelease(state->lock);
@@ -458,10 +463,13 @@ zksh_show_session(void)
 void
 zksh_drop_hold(int slot)
 {
+	TimestampTz now;
+
 	if (state == NULL || slot == 0 || exited)
 		return;
+	now = GetCurrentTimestamp();
 	LWLockAcquire(state->lock, LW_EXCLUSIVE);
-	count_hold_locked(&state->holds[slot - 1]);
+	count_hold_locked(&state->holds[slot - 1], now);
 	free_slot_locked(slot - 1);
 	LWLockRelease(state->lock);
 }
@@ -719,7 +727,9 @@ zksh_sessions(ZkshSession **sessions)
 		s->pid = slot->pid;
 		s->database = slot->database;
 		s->state = pg_atomic_read_u32(&slot->state);
-		s->since = (TimestampTz) pg_atomic_read_u64(&slot->since);
+		pg_read_barrier();
+		s->since = pg_atomic_read_u32(&slot->since) == 0 ? 0 :
+			time_t_to_timestamptz((pg_time_t) pg_atomic_read_u32(&slot->since));
 		n++;
 	}
 	LWLockRelease(state->lock);
@@ -806,26 +816,29 @@ zksh_reset_stats(void)
 	while ((entry = hash_seq_search(&status)) != NULL)
 		hash_search(stats, &entry->key, HASH_REMOVE, NULL);
 	state->stats_resets++;
+	state->stats_reset_at = GetCurrentTimestamp();
 	LWLockRelease(state->lock);
 }
 
 /*
- * Count a hold of a lock that ended: its number, its time and its bucket,
- * as zksh_count_wait counts a wait.  The hold's slot has its name and
- * grant time, and the lock is held exclusively, so this costs a release
- * no more than a clock reading and a spinlock: the entry is the one this
- * backend counted the acquisition to, unless it locked another name since.
- * A semaphore's slot and a hold already lost are not counted; nor is a
- * name the statistics do not track.  Caller holds the lock exclusively.
+ * Count a hold of a lock that ended at now: its number, its time and its
+ * bucket, as zksh_count_wait counts a wait.  The hold's slot has its name
+ * and grant time, and the caller holds the lock exclusively, so this costs
+ * a release no more than a name comparison and a spinlock: the entry is
+ * the one this backend counted the acquisition to, unless it locked
+ * another name since.  Not counted: a semaphore's slot, a hold already
+ * lost, one granted before the last reset (its acquisition was not
+ * counted), and a name the statistics do not track.
  */
 static void
-count_hold_locked(const ZkshHold *h)
+count_hold_locked(const ZkshHold *h, TimestampTz now)
 {
 	StatEntry  *entry = last_entry;
 	int64		held_us;
 	int			i;
 
-	if (h->pid == 0 || h->semaphore || h->lost || h->since == 0)
+	if (h->pid == 0 || h->semaphore || h->lost || h->since == 0 ||
+		h->since < state->stats_reset_at)
 		return;
 	if (entry == NULL || last_entry_resets != state->stats_resets ||
 		strcmp(entry->key.name, h->name) != 0)
@@ -837,7 +850,7 @@ count_hold_locked(const ZkshHold *h)
 		if (entry == NULL)
 			return;
 	}
-	held_us = Max(GetCurrentTimestamp() - h->since, 0);
+	held_us = Max(now - h->since, 0);
 	SpinLockAcquire(&entry->mutex);
 	entry->counters[ZKSH_RELEASES]++;
 	entry->counters[ZKSH_HOLD_TIME_US] += held_us;

@@ -12,7 +12,7 @@
 
 #include "datatype/timestamp.h"
 
-#include "zk_recipe.h"
+#include "zk_layout.h"
 
 /* One hold of a backend, as shown server-wide (one per name and mode). */
 typedef struct ZkshHold
@@ -28,7 +28,7 @@ typedef struct ZkshHold
 	int			xact_count;
 	int64		token;
 	TimestampTz since;
-	char		node[ZKR_NODE_MAX];
+	char		node[ZKL_NODE_MAX];
 } ZkshHold;
 
 /* A backend's wait, as shown server-wide. */
@@ -41,7 +41,7 @@ typedef struct ZkshWait
 	bool		semaphore;		/* for a semaphore's slot */
 	bool		xact;
 	TimestampTz since;
-	char		node[ZKR_NODE_MAX];	/* "" until the waiting node is made */
+	char		node[ZKL_NODE_MAX];	/* "" until the waiting node is made */
 } ZkshWait;
 
 /* A backend's ZooKeeper session, as shown server-wide. */

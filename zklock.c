@@ -217,8 +217,8 @@ acquire_name(const char *parent, const char *name, LockMode mode, int slots,
 		return true;
 	}
 
-	zks_open();
 	zksh_show_session();
+	zks_open();
 	zkti_prepare(name, mode == MODE_SHARED, semaphore);
 	PG_TRY();
 	{
@@ -258,7 +258,7 @@ static bool
 acquire(FunctionCallInfo fcinfo, LockMode mode, HoldScope scope,
 		int64 timeout_ms)
 {
-	char		parent[ZKR_PARENT_MAX];
+	char		parent[ZKL_PARENT_MAX];
 	char	   *name;
 
 	zka_lock_parent(fcinfo, 0, parent, &name);
@@ -365,7 +365,7 @@ zk_try_xact_lock_shared(PG_FUNCTION_ARGS)
 static bool
 release(FunctionCallInfo fcinfo, LockMode mode)
 {
-	char		parent[ZKR_PARENT_MAX];
+	char		parent[ZKL_PARENT_MAX];
 	char	   *name;
 
 	zka_lock_parent(fcinfo, 0, parent, &name);
@@ -396,7 +396,7 @@ zk_unlock_all(PG_FUNCTION_ARGS)
 Datum
 zk_lock_token(PG_FUNCTION_ARGS)
 {
-	char		parent[ZKR_PARENT_MAX];
+	char		parent[ZKL_PARENT_MAX];
 	char	   *name;
 	int64		token;
 
@@ -574,7 +574,7 @@ zk_unlock_array(PG_FUNCTION_ARGS)
 static bool
 acquire_slot(FunctionCallInfo fcinfo, HoldScope scope, int64 timeout_ms)
 {
-	char		parent[ZKR_PARENT_MAX];
+	char		parent[ZKL_PARENT_MAX];
 	char	   *name;
 	int			slots;
 
@@ -633,7 +633,7 @@ zk_try_xact_semaphore_acquire(PG_FUNCTION_ARGS)
 Datum
 zk_semaphore_release(PG_FUNCTION_ARGS)
 {
-	char		parent[ZKR_PARENT_MAX];
+	char		parent[ZKL_PARENT_MAX];
 	char	   *name;
 
 	zka_semaphore_parent(fcinfo, 0, parent, &name);
@@ -644,7 +644,7 @@ zk_semaphore_release(PG_FUNCTION_ARGS)
 Datum
 zk_semaphore_token(PG_FUNCTION_ARGS)
 {
-	char		parent[ZKR_PARENT_MAX];
+	char		parent[ZKL_PARENT_MAX];
 	char	   *name;
 	int64		token;
 

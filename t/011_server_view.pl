@@ -223,6 +223,13 @@ ok(wait_until('the exited backend\'s rows to go',
 	is(query($east, $q), 'connected|t|postgres', 'connected again once it takes a lock anew');
 	my ($own) = run_sql($a, 'SELECT state FROM zk_sessions WHERE pid = pg_backend_pid()');
 	is($own, 'connected', 'a backend sees its own session');
+
+	# A lease that runs out is a loss no ZooKeeper event announces: the
+	# watchdog declares it at the deadline, while the backend sits idle.
+	run_sql($a, "SELECT zk_unlock_all(); SET zklock.lease = '1s'; SELECT zk_lock('session_view')");
+	ok(wait_until('the lease to run out', sub { query($east, $q) eq 'lost|t|postgres' }),
+		'a session given up at the end of a lease is shown lost, though the backend is idle');
+	run_sql($a, 'RESET zklock.lease; SELECT zk_unlock_all()');
 	$a->quit;
 	ok(wait_until('the exit to be shown', sub { query($east, $q) eq '' }),
 		'a backend that exits is no longer shown');
