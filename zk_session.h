@@ -2,8 +2,9 @@
  *
  * zk_session.h
  *	  The backend's one ZooKeeper session: opening it, sending asynchronous
- *	  requests, waiting for their replies and for watches, and the janitor
- *	  that makes sure abandoned lock nodes are deleted.
+ *	  requests, waiting for their replies and for watches (zk_session.c),
+ *	  and the janitor that makes sure abandoned lock nodes are deleted
+ *	  (zk_janitor.c).
  *
  *-------------------------------------------------------------------------
  */

@@ -75,7 +75,7 @@ WHERE attrelid = 'zk_locks'::regclass AND attnum > 0;
 -- What zklock keeps for the backend's lifetime is in a memory context of
 -- its own.
 SELECT count(*) AS zklock_context FROM pg_backend_memory_contexts
-WHERE name = 'zklock' AND parent = 'TopMemoryContext';
+WHERE name = 'zklock';
 
 -- zk_sessions: every backend's session; this one and the other backend
 -- that took locks are connected.

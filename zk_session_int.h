@@ -1,0 +1,42 @@
+/*-------------------------------------------------------------------------
+ *
+ * zk_session_int.h
+ *	  What the session's own files share, and nothing else includes: the
+ *	  handle and the mutex that guards the session's state, the helpers the
+ *	  janitor (zk_janitor.c) needs from the session (zk_session.c), and
+ *	  the janitor's entry points that the session drives.
+ *
+ * Thread rules (see zk_session.c): the completion thread and the watchdog
+ * call into both files, so everything declared here either runs under
+ * zks_mutex (the _locked functions, which expect it held) or touches
+ * nothing of PostgreSQL.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ZK_SESSION_INT_H
+#define ZK_SESSION_INT_H
+
+#include <pthread.h>
+#include <time.h>
+
+#include "zk_session.h"
+
+/* The session's mutex, and its handle (NULL while none is open). */
+extern pthread_mutex_t zks_mutex;
+extern zhandle_t *zks_zh;
+
+/* zk_session.c, for the janitor */
+extern void zks_wake_backend(void);
+extern void zks_note_heard_locked(const struct timespec *sent_at,
+								  bool via_leader, int rc);
+extern bool zks_refused_outright(int rc);
+extern int	zks_send_sync(zhandle_t *handle, const char *path);
+extern void zks_declare_lost_locked(void);
+
+/* zk_janitor.c, for the session */
+extern void zkj_kick(zhandle_t *handle);
+extern void zkj_clear_locked(void);
+extern void zkj_release_held_locked(void);
+extern bool zkj_busy_locked(void);
+
+#endif							/* ZK_SESSION_INT_H */
