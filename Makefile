@@ -14,10 +14,10 @@ MODULE_big = zklock
 OBJS = zklock.o zk_args.o zk_observe.o zk_guard.o zk_shared.o zk_holds.o zk_recipe.o zk_deadlock.o zk_queue.o zk_session.o zk_janitor.o zk_names.o zk_text.o zk_title.o zk_memory.o
 # The C functions only the TAP suites call (zk_test_support.c) are built
 # with ZKLOCK_TEST_SUPPORT=1, as CI and the test scripts do; never shipped.
-ifdef ZKLOCK_TEST_SUPPORT
+ifeq ($(ZKLOCK_TEST_SUPPORT),1)
 OBJS += zk_test_support.o
 endif
-EXTRA_CLEAN = zk_test_support.o
+EXTRA_CLEAN = zk_test_support.o zk_test_support.bc
 EXTENSION = zklock
 DATA = zklock--1.0.sql
 PGFILEDESC = "zklock - cluster-wide locks backed by Apache ZooKeeper"
@@ -45,6 +45,10 @@ endif
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# PGXS gives COPT to the compiler only, not to the clang pass that makes
+# JIT bitcode: a build asked to fail on warnings fails on clang's too.
+override BITCODE_CFLAGS += $(filter -Werror,$(COPT))
 
 # As pgvector does: the TAP suites are not part of installcheck, since they
 # need an ensemble (ZKLOCK_TEST_HOSTS and friends) and make clusters of their

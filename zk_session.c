@@ -113,8 +113,6 @@ static uint64 connect_count = 0;
  */
 static uint64 handle_generation = 0;
 
-/* The janitor, at the end of this file; the _locked ones need zks_mutex. */
-
 /* The contact clock (see the header comment), on CLOCK_MONOTONIC. */
 static struct timespec connecting_since;	/* since the last disconnection */
 static struct timespec last_heard;
@@ -1290,7 +1288,7 @@ send_heartbeat_locked(const struct timespec *now)
 	pthread_mutex_lock(&zks_mutex);
 	if (rc != ZOK)
 	{
-		/* Try again at the next turn; see janitor_send about the leak. */
+		/* Try again at the next turn; see janitor_send (zk_janitor.c) about the leak. */
 		heartbeat_in_flight = false;
 		if (zks_refused_outright(rc))
 			free(beat);

@@ -9,7 +9,8 @@
  * Thread rules (see zk_session.c): the completion thread and the watchdog
  * call into both files, so everything declared here either runs under
  * zks_mutex (the _locked functions, which expect it held) or touches
- * nothing of PostgreSQL.
+ * nothing of PostgreSQL.  The others must be called without the mutex:
+ * zkj_kick takes it, and it and zks_send_sync call the client library.
  *
  *-------------------------------------------------------------------------
  */
