@@ -1046,9 +1046,10 @@ zks_state(void)
 
 /*
  * Where the session's state is shown to the rest of the server (see
- * zks_show_state_in), or NULL.  Written under the mutex by the backend, and
- * by the watchdog, which looks at the state on every wake-up: each event of
- * the session wakes it, and so does the moment the session would be lost.
+ * zks_show_state_in), or NULL.  Written under the mutex by the backend when
+ * it opens or closes the session, and by the watchdog before each sleep:
+ * every event of the session wakes it, and so does the moment the session
+ * would be lost.
  */
 static pg_atomic_uint32 *shown_state = NULL;
 static pg_atomic_uint32 *shown_since = NULL;

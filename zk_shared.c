@@ -721,6 +721,7 @@ zksh_sessions(ZkshSession **sessions)
 	{
 		SessionSlot *slot = &state->sessions[i];
 		ZkshSession *s = &(*sessions)[n];
+		uint32		since;
 
 		if (slot->pid == 0)
 			continue;
@@ -728,8 +729,8 @@ zksh_sessions(ZkshSession **sessions)
 		s->database = slot->database;
 		s->state = pg_atomic_read_u32(&slot->state);
 		pg_read_barrier();
-		s->since = pg_atomic_read_u32(&slot->since) == 0 ? 0 :
-			time_t_to_timestamptz((pg_time_t) pg_atomic_read_u32(&slot->since));
+		since = pg_atomic_read_u32(&slot->since);
+		s->since = since == 0 ? 0 : time_t_to_timestamptz((pg_time_t) since);
 		n++;
 	}
 	LWLockRelease(state->lock);
