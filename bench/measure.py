@@ -32,6 +32,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 import wire
@@ -105,6 +106,7 @@ PIN = None
 
 # The (release stamp, grant stamp) pairs of the last release_to_grant run.
 LAST_HANDOFFS = []
+LAST_CLIENT_CPU = [None]  # of the last release_to_grant: see CpuSampler
 
 # The parts of a handoff split on the wire (bench/wire.py).
 WIRE_PARTS = ("releaser", "ensemble", "waiter")
@@ -629,8 +631,12 @@ def release_to_grant(k, rep, options="", suffix=""):
     release... would mean two holders at once.  options are further
     settings for the backends; suffix tells their figures apart."""
     psql_one("TRUNCATE zkbench_handoff")
-    pgbench(SQL["handoff"], ["-c", str(k), "-j", "2", "-T", str(CONTENTION_S)],
-            "handoff%d%s" % (k, suffix), timeout=CONTENTION_S + 300, options=options)
+    sampler = CpuSampler()
+    try:
+        pgbench(SQL["handoff"], ["-c", str(k), "-j", "2", "-T", str(CONTENTION_S)],
+                "handoff%d%s" % (k, suffix), timeout=CONTENTION_S + 300, options=options)
+    finally:
+        sampler.stop()
     rows = psql_one("SELECT what || ' ' || extract(epoch FROM at) FROM zkbench_handoff "
                     "ORDER BY at").split("\n")
     events = [(w, float(t)) for w, t in (r.split() for r in rows if r.strip())]
@@ -655,7 +661,29 @@ def release_to_grant(k, rep, options="", suffix=""):
     RES.add("contention_c%d_release_to_grant%s_p50_ms" % (k, suffix),
             statistics.median(intervals))
     LAST_HANDOFFS[:] = pairs
+    LAST_CLIENT_CPU[0] = sampler.per_handoff_ms(pairs)
+    if LAST_CLIENT_CPU[0] is not None:
+        RES.add("contention_c%d_client_cpu%s_ms" % (k, suffix), LAST_CLIENT_CPU[0])
     return mean
+
+
+def floor_requeue(k, rep, burn_us=0):
+    """requeue-K, each releaser first spending burn_us of CPU on its own
+    thread (ZKFLOOR_BURN_US).  Returns the mean handoff and the CPU the
+    machine spent outside the ensemble per handoff (None in a quick run)."""
+    stamps = scratch("floor-cpu-stamps-%d-%d" % (k, rep))
+    sampler = CpuSampler()
+    try:
+        out = run([ZKFLOOR, zk_hosts(), "requeue-%d" % k, str(N), "1", str(WARMUP),
+                   "/zkbench/floor-requeue"],
+                  env=dict(os.environ, ZKFLOOR_STAMPS=stamps, ZKFLOOR_BURN_US=str(int(burn_us))))
+    finally:
+        sampler.stop()
+    with open(stamps) as f:
+        pairs = [tuple(float(x) for x in line.split()) for line in f if line.strip()]
+    os.unlink(stamps)
+    line = [l for l in out.splitlines() if l.startswith("FLOOR")][0]
+    return float(kv(line)["mean_ms"]), float(kv(line)["cpu_us"]), sampler.per_handoff_ms(pairs)
 
 
 class Capture(object):
@@ -716,6 +744,75 @@ def cpu_ticks():
         fields = [int(x) for x in f.readline().split()[1:]]
     idle = fields[3] + fields[4]
     return sum(fields) - idle, sum(fields)
+
+
+def ensemble_pids():
+    """The ensemble's server processes: their command lines name the work
+    directory's zk/."""
+    mark = (WORK + "/zk/").encode()
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                if mark in f.read():
+                    pids.append(pid)
+        except OSError:
+            pass
+    return pids
+
+
+class CpuSampler(object):
+    """Samples, every 0.1 s on a thread of its own, the wall clock, the
+    machine's busy jiffies and the ensemble's, so that the CPU the machine
+    spent outside the ensemble can be read between any two moments of a
+    run (sessions opening at its start are thus left out, as the timed
+    handoffs leave them out)."""
+
+    def __init__(self):
+        self.pids = ensemble_pids()
+        if len(self.pids) != len(ZK_PORTS):
+            raise BenchError("found %d ensemble processes, not %d" % (len(self.pids),
+                                                                     len(ZK_PORTS)))
+        self.samples = []
+        self.stop_flag = threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+
+    def ensemble_ticks(self):
+        total = 0
+        for pid in self.pids:
+            with open("/proc/%s/stat" % pid) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        return total
+
+    def loop(self):
+        while True:
+            busy, _ = cpu_ticks()
+            self.samples.append((time.time(), busy - self.ensemble_ticks()))
+            if self.stop_flag.wait(0.1):
+                return
+
+    def stop(self):
+        self.stop_flag.set()
+        self.thread.join()
+
+    def per_handoff_ms(self, pairs):
+        """Outside-ensemble CPU per handoff, in ms, between the first and
+        the last sample that fall within the timed handoffs (release and
+        grant stamps in pairs), over the handoffs released between them;
+        None when the run was too short for that (a quick run)."""
+        first, last = pairs[0][0], pairs[-1][1]
+        inside = [(t, b) for t, b in self.samples if first <= t <= last]
+        if len(inside) < 3:
+            return None
+        (t0, b0), (t1, b1) = inside[0], inside[-1]
+        count = sum(1 for r, _ in pairs if t0 <= r < t1)
+        if count < 10:
+            return None
+        return (b1 - b0) * 1e3 / os.sysconf("SC_CLK_TCK") / count
 
 
 def under_capture(name, fn):
@@ -892,7 +989,12 @@ def repeat(rep, kazoo, curator):
         # right before the backends' own release -> grant run.
         # The same with each grant taken by a woken thread, as a backend's
         # main thread is woken by its library's: what that wake-up costs.
-        fq = run_floor("requeue-%d" % k)
+        fq, fq_own, fq_cpu = attempt("floor requeue-%d" % k, floor_requeue, k, rep)
+        RES.add("floor_requeue_%d" % k, fq)
+        RES.add("floor_requeue_%d_cpu_us" % k, fq_own)
+        if fq_cpu is not None:
+            RES.add("floor_requeue_%d_client_cpu_ms" % k, fq_cpu)
+        log("floor requeue-%d %.3f ms (client CPU %.0f us per cycle)" % (k, fq, fq_own))
         fw = run_floor("woken-%d" % k)
         RES.add("ratio_floor_woken_%d" % k, fw / fq)
         handoff = attempt("release to grant %d" % k, release_to_grant, k, rep)
@@ -903,6 +1005,25 @@ def repeat(rep, kazoo, curator):
             log("contention %d backends: release -> next grant %.3f ms (%.3f x floor requeue-%d, "
                 "%.3f x floor woken-%d, %.3f x floor handoff)"
                 % (k, handoff, handoff / fq, k, handoff / fw, k, handoff / fh))
+            # What the floor's handoff becomes when its contenders spend, per
+            # handoff, as much CPU outside the ensemble as the backends,
+            # PostgreSQL and pgbench did: on cores the ensemble shares, CPU
+            # spent anywhere delays the quorum write and the notification.
+            zk_cpu = LAST_CLIENT_CPU[0]
+            if zk_cpu is not None and fq_cpu is not None:
+                burn = max(0.0, zk_cpu - fq_cpu) * 1e3
+                fl, _, fl_cpu = attempt("floor requeue-%d, loaded" % k, floor_requeue, k, rep,
+                                        burn)
+                RES.add("floor_loaded_%d" % k, fl)
+                RES.add("floor_loaded_%d_burn_us" % k, burn)
+                if fl_cpu is not None:
+                    RES.add("floor_loaded_%d_client_cpu_ms" % k, fl_cpu)
+                RES.add("ratio_floor_loaded_%d" % k, fl / fq)
+                RES.add("ratio_contention_c%d_release_to_grant_loaded" % k, handoff / fl)
+                log("floor requeue-%d with each releaser spending %.0f us: %.3f ms; outside the "
+                    "ensemble per handoff: floor %.3f ms, backends %.3f ms, loaded floor %s "
+                    "ms; release -> next grant %.3f x the loaded floor"
+                    % (k, burn, fl, fq_cpu, zk_cpu, fmt(fl_cpu), handoff / fl))
         if TCPDUMP:
             attempt("handoff on the wire %d" % k, handoff_on_the_wire, k, rep)
     # Deadlock detection costs nothing for waits shorter than its timeout:
@@ -1303,6 +1424,21 @@ def report(elapsed):
             "ms", "  the same handoff / floor_woken_%d of the same repeat" % k,
             "ratio_contention_c%d_release_to_grant_woken" % k, "floor_woken_%d" % k,
             key="contention_c%d_release_to_grant_ms" % k)
+        row("floor_loaded_%d" % k, med("floor_loaded_%d" % k), "ms",
+            "floor: floor_requeue_%d again, each releaser first spending (median) %s us of CPU: "
+            "what the backends, PostgreSQL and pgbench spent per handoff outside the ensemble "
+            "beyond the floor's contenders (outside the ensemble per handoff: floor %s ms, "
+            "backends %s ms, this floor %s ms)"
+            % (k, fmt(med("floor_loaded_%d_burn_us" % k), 0),
+               fmt(med("floor_requeue_%d_client_cpu_ms" % k)),
+               fmt(med("contention_c%d_client_cpu_ms" % k)),
+               fmt(med("floor_loaded_%d_client_cpu_ms" % k))),
+            "ratio_floor_loaded_%d" % k, "floor_requeue_%d" % k)
+        row("contention_c%d_handoff_vs_loaded" % k, med("contention_c%d_release_to_grant_ms" % k),
+            "ms", "  the same handoff / floor_loaded_%d of the same repeat: the floor for a "
+            "client that spends the CPU these backends do" % k,
+            "ratio_contention_c%d_release_to_grant_loaded" % k, "floor_loaded_%d" % k,
+            "<= 1.1x", at_most(1.1), key="contention_c%d_release_to_grant_ms" % k)
         if RES.values.get("wire_c%d_zklock_total_ms" % k):
             def split_of(who):
                 return "%s of the handoffs granted by a notification, cores %s busy; %s ms" % (

@@ -55,6 +55,12 @@
  * handoff's release and grant to FILE in wall-clock seconds, one "r g"
  * line each, for bench/wire.py to split against a packet capture.
  *
+ * With ZKFLOOR_BURN_US=U, a requeue-K or woken-K releaser spends U
+ * microseconds of CPU on its own thread once its delete is answered, before
+ * it re-queues, as a backend finishes its statement and pgbench sends the
+ * next one: the floor for a client that spends that much more CPU per
+ * handoff on cores the ensemble shares.
+ *
  * PARENT is created (persistent, with its ancestors) if missing and
  * deleted at the end.  Node names and data look like zklock's:
  * "_c_<uuid>-lock-<seq>" holding a ~110-byte JSON identity.
@@ -583,6 +589,23 @@ static double rq_release_epoch; /* the same, in seconds since the epoch */
 static double *rq_stamps;		/* per timed handoff: release, grant (epoch) */
 
 static int	rq_woken;			/* woken-K: grants taken by a woken thread */
+static long rq_burn_us;			/* ZKFLOOR_BURN_US: CPU a releaser spends */
+
+/* Spend us microseconds of this thread's CPU time. */
+static void
+burn_cpu(long us)
+{
+	struct timespec start;
+	struct timespec now;
+
+	if (us <= 0)
+		return;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &start);
+	do
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+	while ((now.tv_sec - start.tv_sec) * 1000000L +
+		   (now.tv_nsec - start.tv_nsec) / 1000 < us);
+}
 
 static void rq_enqueue(Contender *c);
 static void rq_list(Contender *c);
@@ -641,6 +664,7 @@ rq_delete_done(int rc, const void *data)
 {
 	Contender  *c = (Contender *) data;
 
+	burn_cpu(rq_burn_us);
 	pthread_mutex_lock(&rq_mu);
 	if (!rq_stopping)
 	{
@@ -941,6 +965,8 @@ main(int argc, char **argv)
 	parent = argv[6];
 	if (n < 1 || reps < 1 || warmup < 0 || parent[0] != '/')
 		die("bad arguments");
+	if (getenv("ZKFLOOR_BURN_US") != NULL)
+		rq_burn_us = atol(getenv("ZKFLOOR_BURN_US"));
 	if (strncmp(mode, "requeue-", 8) == 0 || strncmp(mode, "woken-", 6) == 0)
 	{
 		rq_woken = mode[0] == 'w';
