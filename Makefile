@@ -11,7 +11,7 @@
 # scripts/test-all sets up both and runs them for every supported major.
 
 MODULE_big = zklock
-OBJS = zklock.o zk_args.o zk_observe.o zk_guard.o zk_shared.o zk_holds.o zk_recipe.o zk_deadlock.o zk_queue.o zk_session.o zk_janitor.o zk_names.o zk_text.o zk_title.o zk_memory.o
+OBJS = zklock.o zk_args.o zk_observe.o zk_guard.o zk_shared.o zk_holds.o zk_recipe.o zk_deadlock.o zk_queue.o zk_session.o zk_settings.o zk_client_log.o zk_janitor.o zk_names.o zk_text.o zk_title.o zk_memory.o
 # The C functions only the TAP suites call (zk_test_support.c) are built
 # with ZKLOCK_TEST_SUPPORT=1, as CI and the test scripts do; never shipped.
 ifeq ($(ZKLOCK_TEST_SUPPORT),1)

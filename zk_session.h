@@ -3,8 +3,8 @@
  * zk_session.h
  *	  The backend's one ZooKeeper session: opening it, sending asynchronous
  *	  requests, waiting for their replies and for watches (zk_session.c),
- *	  and the janitor that makes sure abandoned lock nodes are deleted
- *	  (zk_janitor.c).
+ *	  its settings (zk_settings.c), and the janitor that makes sure
+ *	  abandoned lock nodes are deleted (zk_janitor.c).
  *
  *-------------------------------------------------------------------------
  */
