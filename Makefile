@@ -4,20 +4,30 @@
 #                                 PG_CONFIG=/path/to/pg_config
 #   make installcheck             the pg_regress suites (sql/, expected/)
 #                                 against a running server: see CONTRIBUTING.md, Tests
-#   make prove_installcheck       the TAP suites (t/) against the installed
-#                                 server's programs, with a ZooKeeper
-#                                 ensemble: see t/ZkTest.pm
+#   make prove_installcheck       the TAP suites (test/t/) against the
+#                                 installed server's programs, with a
+#                                 ZooKeeper ensemble: see test/t/ZkTest.pm
 #
 # scripts/test-all sets up both and runs them for every supported major.
 
 MODULE_big = zklock
-OBJS = zklock.o zk_args.o zk_observe.o zk_guard.o zk_shared.o zk_holds.o zk_recipe.o zk_deadlock.o zk_queue.o zk_session.o zk_settings.o zk_client_log.o zk_janitor.o zk_names.o zk_text.o zk_title.o zk_memory.o
-# The C functions only the TAP suites call (zk_test_support.c) are built
-# with ZKLOCK_TEST_SUPPORT=1, as CI and the test scripts do; never shipped.
+# The SQL surface is zklock.c; the layers under it are in src/ (see
+# CONTRIBUTING.md, Layout).
+OBJS = zklock.o $(patsubst %,src/%.o,zk_args zk_observe zk_guard zk_shared \
+	zk_holds zk_recipe zk_deadlock zk_queue zk_session zk_settings \
+	zk_client_log zk_janitor zk_names zk_text zk_title zk_memory)
+# The C functions only the TAP suites call (src/zk_test_support.c) are
+# built with ZKLOCK_TEST_SUPPORT=1, as CI and the test scripts do; never
+# shipped.
 ifeq ($(ZKLOCK_TEST_SUPPORT),1)
-OBJS += zk_test_support.o
+OBJS += src/zk_test_support.o
 endif
-EXTRA_CLEAN = zk_test_support.o zk_test_support.bc
+EXTRA_CLEAN = src/zk_test_support.o src/zk_test_support.bc
+# A VPATH build (pg_buildext's, for the Debian package) writes the objects
+# of src/ into the build directory, which needs the directory first.
+ifdef VPATH
+$(shell mkdir -p src)
+endif
 EXTENSION = zklock
 DATA = zklock--1.0.sql
 PGFILEDESC = "zklock - cluster-wide locks backed by Apache ZooKeeper"
@@ -27,7 +37,7 @@ REGRESS_OPTS = --load-extension=dblink --load-extension=zklock
 
 # Warnings are errors in CI and the test scripts (COPT=-Werror), not here:
 # a packager's newer compiler must not fail the build over a new warning.
-PG_CPPFLAGS = -DTHREADED -Wall -Wextra -Wno-unused-parameter \
+PG_CPPFLAGS = -I$(srcdir)/src -DTHREADED -Wall -Wextra -Wno-unused-parameter \
 	-Wno-missing-field-initializers
 SHLIB_LINK = -lzookeeper_mt -lpthread
 
@@ -52,8 +62,10 @@ override BITCODE_CFLAGS += $(filter -Werror,$(COPT))
 
 # As pgvector does: the TAP suites are not part of installcheck, since they
 # need an ensemble (ZKLOCK_TEST_HOSTS and friends) and make clusters of their
-# own.  t/ holds their helper module.
-PROVE_FLAGS += -I t
+# own.  They live in test/t/, with their helper module; PROVE_TESTS picks
+# some of them (PROVE_TESTS='test/t/001_locking.pl'), all when empty.
+PROVE_TESTS := $(or $(PROVE_TESTS),test/t/*.pl)
+PROVE_FLAGS += -I test/t
 .PHONY: prove_installcheck
 prove_installcheck:
 	$(prove_installcheck)

@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# Check a history of lock holds for mutual exclusion (t/016_history.pl).
+# Check a history of lock holds for mutual exclusion (test/t/016_history.pl).
 #
 # Usage: history_check.pl [--quiet-from SECONDS] [--session-timeout SECONDS] FILE...
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """A kazoo Lock client that takes a lock over and over, for the history
-checker (t/016_history.pl, test/tools/history_check.pl).
+checker (test/t/016_history.pl, test/tools/history_check.pl).
 
 Usage: history_kazoo.py HOSTS LOCKPATH SECONDS OUTFILE CLIENT
 

@@ -178,7 +178,7 @@ my ($out, $stderr);
 }
 
 # (A waiter whose own node is deleted under it, and then its predecessor:
-# t/007_hostile.pl.)
+# test/t/007_hostile.pl.)
 
 no_node_left($root, 'handoff');
 $_->quit for ($a, $b, $c);

@@ -104,7 +104,7 @@ sub nodes_left
 			qr/canceling statement because zklock lost its ZooKeeper session\nDETAIL:  The transaction held these locks, now lost: "long_outage_r"\./),
 		'the running statement of a transaction whose lock was lost is cancelled');
 	# The loss is due one session timeout after the server was last heard
-	# from; t/009_safety.pl measures that against the last reply itself.
+	# from; test/t/009_safety.pl measures that against the last reply itself.
 	cmp_ok(time - $t_stopped, '<', 4 + 1.5, 'within the session timeout of the stop');
 	run_sql($r, 'COMMIT');
 
