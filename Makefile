@@ -64,7 +64,7 @@ override BITCODE_CFLAGS += $(filter -Werror,$(COPT))
 # need an ensemble (ZKLOCK_TEST_HOSTS and friends) and make clusters of their
 # own.  They live in test/t/, with their helper module; PROVE_TESTS picks
 # some of them (PROVE_TESTS='test/t/001_locking.pl'), all when empty.
-PROVE_TESTS := $(or $(PROVE_TESTS),test/t/*.pl)
+override PROVE_TESTS := $(or $(PROVE_TESTS),test/t/*.pl)
 PROVE_FLAGS += -I test/t
 .PHONY: prove_installcheck
 prove_installcheck:
