@@ -669,12 +669,14 @@ def release_to_grant(k, rep, options="", suffix=""):
 
 def floor_requeue(k, rep, burn_us=0):
     """requeue-K, each releaser first spending burn_us of CPU on its own
-    thread (ZKFLOOR_BURN_US).  Returns the mean handoff and the CPU the
-    machine spent outside the ensemble per handoff (None in a quick run)."""
+    thread (ZKFLOOR_BURN_US), for 2N handoffs: the CPU figure is read off
+    100 Hz tick counts, which a run of N alone leaves coarse.  Returns the
+    mean handoff, zkfloor's own CPU per handoff, and the CPU the machine
+    spent outside the ensemble per handoff (None in a quick run)."""
     stamps = scratch("floor-cpu-stamps-%d-%d" % (k, rep))
     sampler = CpuSampler()
     try:
-        out = run([ZKFLOOR, zk_hosts(), "requeue-%d" % k, str(N), "1", str(WARMUP),
+        out = run([ZKFLOOR, zk_hosts(), "requeue-%d" % k, str(2 * N), "1", str(WARMUP),
                    "/zkbench/floor-requeue"],
                   env=dict(os.environ, ZKFLOOR_STAMPS=stamps, ZKFLOOR_BURN_US=str(int(burn_us))))
     finally:
@@ -739,11 +741,14 @@ class Capture(object):
 
 
 def cpu_ticks():
-    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+    """(busy, total) jiffies of the whole machine, from /proc/stat: busy is
+    user, nice, system, irq and softirq; total adds idle, iowait and steal
+    (guest time is already in user)."""
     with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    idle = fields[3] + fields[4]
-    return sum(fields) - idle, sum(fields)
+        fields = [int(x) for x in f.readline().split()[1:9]]
+    user, nice, system, idle, iowait, irq, softirq, steal = fields
+    busy = user + nice + system + irq + softirq
+    return busy, busy + idle + iowait + steal
 
 
 def ensemble_pids():
@@ -772,9 +777,12 @@ class CpuSampler(object):
 
     def __init__(self):
         self.pids = ensemble_pids()
-        if len(self.pids) != len(ZK_PORTS):
-            raise BenchError("found %d ensemble processes, not %d" % (len(self.pids),
-                                                                     len(ZK_PORTS)))
+        # Without all three servers' CPU the figures would mean nothing:
+        # they are then left out (None), and the run goes on.
+        self.broken = len(self.pids) != len(ZK_PORTS)
+        if self.broken:
+            log("CPU sampler: found %d ensemble processes, not %d; no CPU figures"
+                % (len(self.pids), len(ZK_PORTS)))
         self.samples = []
         self.stop_flag = threading.Event()
         self.thread = threading.Thread(target=self.loop, daemon=True)
@@ -789,9 +797,14 @@ class CpuSampler(object):
         return total
 
     def loop(self):
-        while True:
+        while not self.broken:
             busy, _ = cpu_ticks()
-            self.samples.append((time.time(), busy - self.ensemble_ticks()))
+            try:
+                ensemble = self.ensemble_ticks()
+            except OSError:
+                self.broken = True
+                return
+            self.samples.append((time.time(), busy - ensemble))
             if self.stop_flag.wait(0.1):
                 return
 
@@ -804,6 +817,8 @@ class CpuSampler(object):
         the last sample that fall within the timed handoffs (release and
         grant stamps in pairs), over the handoffs released between them;
         None when the run was too short for that (a quick run)."""
+        if self.broken:
+            return None
         first, last = pairs[0][0], pairs[-1][1]
         inside = [(t, b) for t, b in self.samples if first <= t <= last]
         if len(inside) < 3:
@@ -1014,6 +1029,13 @@ def repeat(rep, kazoo, curator):
                 burn = max(0.0, zk_cpu - fq_cpu) * 1e3
                 fl, _, fl_cpu = attempt("floor requeue-%d, loaded" % k, floor_requeue, k, rep,
                                         burn)
+                # A burn does not add exactly its own CPU per handoff (a
+                # slower floor spends more of everything): scale it once so
+                # that the loaded floor spends what the backends did.
+                if fl_cpu is not None and fl_cpu > fq_cpu and burn > 0:
+                    burn *= (zk_cpu - fq_cpu) / (fl_cpu - fq_cpu)
+                    fl, _, fl_cpu = attempt("floor requeue-%d, loaded again" % k,
+                                            floor_requeue, k, rep, burn)
                 RES.add("floor_loaded_%d" % k, fl)
                 RES.add("floor_loaded_%d_burn_us" % k, burn)
                 if fl_cpu is not None:
@@ -1029,7 +1051,8 @@ def repeat(rep, kazoo, curator):
     # Deadlock detection costs nothing for waits shorter than its timeout:
     # the same handoff with detection off, back to back.
     k = DETECTION_K
-    on = attempt("release to grant %d, detection on" % k, release_to_grant, k, rep)
+    on = attempt("release to grant %d, detection on" % k, release_to_grant, k, rep,
+                 suffix="_detect_on")
     off = attempt("release to grant %d, detection off" % k, release_to_grant, k, rep,
                   "-c zklock.deadlock_timeout=0", "_detect_off")
     if on is not None and off is not None:
@@ -1425,9 +1448,9 @@ def report(elapsed):
             "ratio_contention_c%d_release_to_grant_woken" % k, "floor_woken_%d" % k,
             key="contention_c%d_release_to_grant_ms" % k)
         row("floor_loaded_%d" % k, med("floor_loaded_%d" % k), "ms",
-            "floor: floor_requeue_%d again, each releaser first spending (median) %s us of CPU: "
-            "what the backends, PostgreSQL and pgbench spent per handoff outside the ensemble "
-            "beyond the floor's contenders (outside the ensemble per handoff: floor %s ms, "
+            "floor: floor_requeue_%d again, each releaser first spending (median) %s us of CPU, "
+            "scaled so that the machine spends per handoff outside the ensemble what it did "
+            "during the backends' run (outside the ensemble per handoff: floor %s ms, "
             "backends %s ms, this floor %s ms)"
             % (k, fmt(med("floor_loaded_%d_burn_us" % k), 0),
                fmt(med("floor_requeue_%d_client_cpu_ms" % k)),
@@ -1548,7 +1571,7 @@ def report(elapsed):
     row("detection_on_off", med("ratio_detection_on_off"), "x",
         "%d backends: release -> next grant with zklock.deadlock_timeout = 1 s (waits of a "
         "few ms, never checked) over the same with 0, back to back (%s vs %s ms)"
-        % (k, fmt(med("contention_c%d_release_to_grant_ms" % k)),
+        % (k, fmt(med("contention_c%d_release_to_grant_detect_on_ms" % k)),
            fmt(med("contention_c%d_release_to_grant_detect_off_ms" % k))),
         key="ratio_detection_on_off", digits=3)
 
