@@ -471,10 +471,25 @@ def calibrate_watch_counters():
             RES.fail("watch counter calibration: " + l)
 
 
+def floor_result(out):
+    """zkfloor's FLOOR line: its mean handoff or cycle (ms) and its own CPU
+    per cycle (us)."""
+    line = kv([l for l in out.splitlines() if l.startswith("FLOOR")][0])
+    return float(line["mean_ms"]), float(line["cpu_us"])
+
+
+def take_stamps(path):
+    """The release and grant stamps zkfloor wrote (ZKFLOOR_STAMPS), in pairs;
+    the file is removed."""
+    with open(path) as f:
+        pairs = [tuple(float(x) for x in line.split()) for line in f if line.strip()]
+    os.unlink(path)
+    return pairs
+
+
 def floor(mode):
-    out = run([ZKFLOOR, zk_hosts(), mode, str(N), "1", str(WARMUP), "/zkbench/floor-" + mode])
-    line = [l for l in out.splitlines() if l.startswith("FLOOR")][0]
-    return float(kv(line)["mean_ms"]), float(kv(line)["cpu_us"])
+    return floor_result(run([ZKFLOOR, zk_hosts(), mode, str(N), "1", str(WARMUP),
+                             "/zkbench/floor-" + mode]))
 
 
 class Peer(object):
@@ -681,11 +696,8 @@ def floor_requeue(k, rep, burn_us=0):
                   env=dict(os.environ, ZKFLOOR_STAMPS=stamps, ZKFLOOR_BURN_US=str(int(burn_us))))
     finally:
         sampler.stop()
-    with open(stamps) as f:
-        pairs = [tuple(float(x) for x in line.split()) for line in f if line.strip()]
-    os.unlink(stamps)
-    line = [l for l in out.splitlines() if l.startswith("FLOOR")][0]
-    return float(kv(line)["mean_ms"]), float(kv(line)["cpu_us"]), sampler.per_handoff_ms(pairs)
+    mean, own_cpu = floor_result(out)
+    return mean, own_cpu, sampler.per_handoff_ms(take_stamps(stamps))
 
 
 class Capture(object):
@@ -875,9 +887,7 @@ def handoff_on_the_wire(k, rep):
     pcap, busy = under_capture("floor-requeue-%d-%d" % (k, rep), lambda: run(
         [ZKFLOOR, zk_hosts(), "requeue-%d" % k, str(N), "1", str(WARMUP),
          "/zkbench/floor-wire"], env=dict(os.environ, ZKFLOOR_STAMPS=stamps)))
-    with open(stamps) as f:
-        pairs = [tuple(float(x) for x in line.split()) for line in f if line.strip()]
-    os.unlink(stamps)
+    pairs = take_stamps(stamps)
     floor_parts = split_on_the_wire(k, "floor", pairs, pcap, busy)
     pcap, busy = under_capture("handoff-%d-%d" % (k, rep),
                                lambda: release_to_grant(k, rep, suffix="_traced"))

@@ -943,6 +943,7 @@ int
 main(int argc, char **argv)
 {
 	const char *mode;
+	const char *burn;
 	int			n,
 				reps,
 				warmup,
@@ -965,8 +966,8 @@ main(int argc, char **argv)
 	parent = argv[6];
 	if (n < 1 || reps < 1 || warmup < 0 || parent[0] != '/')
 		die("bad arguments");
-	if (getenv("ZKFLOOR_BURN_US") != NULL)
-		rq_burn_us = atol(getenv("ZKFLOOR_BURN_US"));
+	if ((burn = getenv("ZKFLOOR_BURN_US")) != NULL)
+		rq_burn_us = atol(burn);
 	if (strncmp(mode, "requeue-", 8) == 0 || strncmp(mode, "woken-", 6) == 0)
 	{
 		rq_woken = mode[0] == 'w';

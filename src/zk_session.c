@@ -1919,10 +1919,8 @@ zks_open(void)
 										   zklock_connect_timeout);
 	if (zks_zh == NULL)
 	{
-		char	   *hosts = MemoryContextStrdup(zk_memory(), zkset_hosts());
-
 		open_handle(deadline);
-		zkset_remember_opened(hosts);
+		zkset_remember_opened();
 		session_id = 0;
 		zkset_authenticate();
 	}

@@ -46,7 +46,7 @@ extern const char *zkset_hosts(void);
 extern int	zkset_session_timeout(void);
 extern int	zkset_client_log_level(void);
 extern char *zkset_tls_argument(void);
-extern void zkset_remember_opened(char *hosts);
+extern void zkset_remember_opened(void);
 extern const char *zkset_opened_hosts(void);
 extern void zkset_authenticate(void);
 

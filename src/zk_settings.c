@@ -518,12 +518,12 @@ zkset_client_log_level(void)
 }
 
 /*
- * Keep what the session being opened is made with, for
- * zks_settings_changed and for zkset_authenticate; hosts is the copy of
- * zklock.hosts the handle was made for, in zk_memory().
+ * Keep what the handle just made was made with, for zks_settings_changed
+ * and for zkset_authenticate.  Nothing can assign a setting between the
+ * two on the backend's one thread.
  */
 void
-zkset_remember_opened(char *hosts)
+zkset_remember_opened(void)
 {
 	if (opened.hosts)
 	{
@@ -532,7 +532,7 @@ zkset_remember_opened(char *hosts)
 		pfree(opened.auth_file);
 		pfree(opened.tls);
 	}
-	opened.hosts = hosts;
+	opened.hosts = MemoryContextStrdup(zk_memory(), setting_or_empty(zklock_hosts));
 	opened.tls = MemoryContextStrdup(zk_memory(), tls_settings());
 	opened.auth = MemoryContextStrdup(zk_memory(),
 									  zklock_auth ? zklock_auth : "");
