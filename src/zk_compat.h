@@ -13,9 +13,9 @@
  * - ExecutorRun: 18 dropped its execute_once argument, so the hook that
  *   guards a statement has two signatures (zk_guard.c).
  * - WaitEventSets: 17 gives CreateWaitEventSet a resource owner where
- *   earlier majors take a memory context (zk_session.c).
+ *   earlier majors take a memory context (zk_wait.c).
  * - Wait events: 17 lets an extension name its own (WaitEventExtensionNew);
- *   earlier majors show every extension's wait as "Extension" (zk_session.c).
+ *   earlier majors show every extension's wait as "Extension" (zk_wait.c).
  * - Intervals: 17 accepts 'infinity' (INTERVAL_NOT_FINITE; zk_args.c).
  *
  *-------------------------------------------------------------------------

@@ -6,7 +6,7 @@
  *	  holds never commits.
  *
  * Cancelling.  When the session is lost while a statement runs, the loss
- * watchdog (zk_session.c) cancels it.  The watchdog is a thread of its own,
+ * watchdog (zk_watchdog.c) cancels it.  The watchdog is a thread of its own,
  * and PostgreSQL gives such a thread one way to stop the backend: SIGINT,
  * its query cancel, which ends the statement with "canceling statement
  * due to user request".  So the executor and utility hooks here wrap every

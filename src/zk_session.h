@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * zk_session.h
- *	  The backend's one ZooKeeper session: opening it, sending asynchronous
- *	  requests, waiting for their replies and for watches (zk_session.c),
+ *	  The backend's one ZooKeeper session: opening it (zk_session.c),
+ *	  sending asynchronous requests (zk_requests.c), waiting for their
+ *	  replies and for watches (zk_wait.c), noticing its loss (zk_watchdog.c),
  *	  its settings (zk_settings.c), and the janitor that makes sure
  *	  abandoned lock nodes are deleted (zk_janitor.c).
  *
@@ -74,27 +75,21 @@ typedef enum ZksState
 #define ZKS_SHOWN_CLOSED	0
 #define ZKS_SHOWN_OPEN		1
 
+/* zk_session.c: the session's life and state */
 extern void zks_open(void);
 extern void zks_close(void);
 extern bool zks_is_open(void);
 extern ZksState zks_state(void);
 extern bool zks_is_lost(void);
 extern void zks_show_state_in(pg_atomic_uint32 *state, pg_atomic_uint32 *since);
-extern bool zks_wait_while_unsure(void);
-extern bool zks_confirm_contact(void);
 extern uint64 zks_connection_count(void);
-extern void zks_set_cancel_on_loss(bool cancel);
-extern bool zks_set_running(bool running);
-extern bool zks_set_committing(bool is_committing);
-extern bool zks_take_loss_cancel(void);
-extern int64 zks_monotonic_ms(void);
-extern void zks_set_lease(int64 deadline_ms, int length_ms);
-extern const char *zks_loss_reason(void);
-extern bool zks_settings_changed(void);
 extern int64 zks_session_id(void);
 extern bool zks_uses_tls(void);
 extern void zks_session_password(char passwd[16]);
+extern const char *zks_current_server(void);
+extern int	zks_negotiated_timeout(void);
 
+/* zk_requests.c: requests, the watch-then-list handoff, their errors */
 extern ZkRequest *zks_create(const char *path, const char *data, int datalen,
 							 int mode);
 extern ZkRequest *zks_get_children(const char *path);
@@ -102,11 +97,16 @@ extern ZkRequest *zks_get_children_synced(const char *path);
 extern ZkRequest *zks_exists(const char *path);
 extern ZkRequest *zks_exists_synced(const char *path);
 extern ZkRequest *zks_get_data(const char *path);
-extern const char *zks_current_server(void);
-extern int	zks_negotiated_timeout(void);
 extern ZkRequest *zks_watch_data(const char *path);
 extern ZkRequest *zks_set_data(const char *path, const char *data, int datalen);
 extern void zks_remove_watch(const char *path);
+extern ZkRequest *zks_watch_then_list(const char *watched, const char *parent,
+									  const char *own, ZkRequest **own_watch);
+extern ZkRequest *zks_take_listing(bool *deleted);
+extern void zks_cancel_listing(void);
+extern void zks_release_request(ZkRequest *req);
+pg_noreturn extern void zks_report_error(int rc, ZksOperation op, const char *path);
+
 /*
  * A request failed only because the connection dropped or ZooKeeper did not
  * answer in time: the same request may be sent again once connected.
@@ -117,26 +117,34 @@ zks_is_retryable(int rc)
 	return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT;
 }
 
-extern void zks_define_settings(void);
-extern ZkRequest *zks_watch_then_list(const char *watched, const char *parent,
-									  const char *own, ZkRequest **own_watch);
-extern ZkRequest *zks_take_listing(bool *deleted);
-extern void zks_cancel_listing(void);
+/* zk_wait.c: the backend's waits */
 extern bool zks_await(ZkRequest *req, TimestampTz deadline);
-extern void zks_release_request(ZkRequest *req);
-
 extern uint64 zks_watch_generation(void);
 extern bool zks_await_watch(uint64 generation, TimestampTz deadline);
 extern bool zks_await_connected(TimestampTz deadline);
+extern bool zks_wait_while_unsure(void);
+extern void zks_settle(int timeout_ms);
 
+/* zk_watchdog.c: contact, loss, its cancels, the lease */
+extern bool zks_confirm_contact(void);
+extern void zks_set_cancel_on_loss(bool cancel);
+extern bool zks_set_running(bool running);
+extern bool zks_set_committing(bool is_committing);
+extern bool zks_take_loss_cancel(void);
+extern int64 zks_monotonic_ms(void);
+extern void zks_set_lease(int64 deadline_ms, int length_ms);
+extern const char *zks_loss_reason(void);
+
+/* zk_settings.c */
+extern void zks_define_settings(void);
+extern bool zks_settings_changed(void);
+
+/* zk_janitor.c: deleting the nodes given up */
 extern void zks_keep_node(const char *path);
 extern bool zks_delete_later(const char *path);
 extern void zks_send_pending_deletes(void);
 extern bool zks_deleting(const char *parent, const char *child);
 extern bool zks_sweep_later(const char *parent, const char *guid);
-extern void zks_settle(int timeout_ms);
 extern bool zks_janitor_failed(void);
-
-pg_noreturn extern void zks_report_error(int rc, ZksOperation op, const char *path);
 
 #endif							/* ZK_SESSION_H */

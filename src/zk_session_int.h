@@ -1,19 +1,28 @@
 /*-------------------------------------------------------------------------
  *
  * zk_session_int.h
- *	  What the session's own files share, and nothing else includes: the
- *	  handle and the mutex that guards the session's state, the helpers the
- *	  janitor (zk_janitor.c) needs from the session (zk_session.c), the
- *	  janitor's entry points that the session drives, and the settings a
- *	  session is opened with (zk_settings.c).
+ *	  What the session's own files share, and nothing else includes.  The
+ *	  session's public API (zk_session.h) is made by these files:
+ *
+ *	  zk_session.c		the session's life: opening and closing the
+ *						handle, its events, its state
+ *	  zk_requests.c		requests and their completions, the
+ *						watch-then-list handoff, request errors
+ *	  zk_wait.c			the backend's waits, and the eventfd that wakes it
+ *	  zk_watchdog.c		the contact clock, the loss watchdog and its
+ *						cancels, the lease, the leader sync
+ *	  zk_janitor.c		deleting the nodes a backend gives up
+ *	  zk_settings.c		the settings a session is made with, its
+ *						credentials and TLS files
+ *	  zk_client_log.c	the library's own messages
  *
  * Thread rules (see zk_session.c): the completion thread and the watchdog
- * call into the session and the janitor, so everything those two declare
- * here either runs under zks_mutex (the _locked functions, which expect it
- * held) or touches nothing of PostgreSQL.  The others must be called
- * without the mutex: zkj_kick takes it, and it and zks_send_sync call the
- * client library.  zk_settings.c runs on the backend's thread alone, with
- * PostgreSQL's rules, and none of the library's threads may call it.
+ * call into these files, so everything those two reach here either runs
+ * under zks_mutex (the _locked functions, which expect it held) or touches
+ * nothing of PostgreSQL.  The others must be called without the mutex:
+ * zkj_kick takes it, and it and zks_send_sync call the client library.
+ * Functions that may raise an ERROR, wait or use PostgreSQL's memory run
+ * on the backend's thread only; zk_settings.c is all of that kind.
  *
  *-------------------------------------------------------------------------
  */
@@ -23,22 +32,77 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "datatype/timestamp.h"
+
 #include "zk_session.h"
 
 /* The session's mutex, and its handle (NULL while none is open). */
 extern pthread_mutex_t zks_mutex;
 extern zhandle_t *zks_zh;
 
-/* zk_session.c, for the janitor */
-extern void zks_wake_backend(void);
-extern void zks_note_heard_locked(const struct timespec *sent_at,
-								  bool via_leader, int rc);
+/*
+ * What the library's events say of the handle, written by the session's
+ * watcher (zk_session.c) under zks_mutex and read under it elsewhere.  The
+ * backend alone writes generation, so it may read it without the mutex.
+ */
+typedef struct ZksLink
+{
+	uint64		generation;		/* of the handle in use: every event carries
+								 * its handle's, and others are ignored */
+	int			conn_state;		/* the library's last session state */
+	bool		expired;
+	bool		auth_failed;
+	bool		ever_connected;
+	int			negotiated_timeout;
+	uint64		connect_count;	/* connections made, reconnects included */
+	uint64		watch_generation;	/* bumped by every event */
+	struct timespec connecting_since;	/* since the last disconnection */
+} ZksLink;
+
+extern ZksLink zks_link;
+
+/* The context the library hands back with a handle's events. */
+static inline void *
+zks_generation_context(uint64 generation)
+{
+	return (void *) (uintptr_t) generation;
+}
+
+/* zk_session.c */
+extern void zks_session_watcher(zhandle_t *handle, int type, int state,
+								const char *path, void *context);
+extern void zks_show_state_locked(void);
+extern bool zks_start_thread(pthread_t *thread, void *(*main) (void *),
+							 void *arg);
+
+/* zk_requests.c */
+typedef struct PendingListing PendingListing;
+extern PendingListing *zkrq_claim_listing_locked(int type, const char *path,
+												 bool *discard);
+extern void zkrq_send_claimed(zhandle_t *handle, PendingListing *claimed,
+							  bool discard);
+extern ZkRequest *zkrq_sync(const char *path);
 extern bool zks_refused_outright(int rc);
 extern int	zks_send_sync(zhandle_t *handle, const char *path);
-extern void zks_declare_lost_locked(void);
+extern void zks_auth_done(int rc, const void *data);	/* for the credentials */
 
-/* zk_session.c, for the settings: the credentials' completion (I/O thread) */
-extern void zks_auth_done(int rc, const void *data);
+/* zk_wait.c */
+extern void zks_wake_backend(void);
+extern void zkw_prepare(void);
+extern long zkw_ms_until(TimestampTz deadline);
+extern void zkw_sleep(long timeout_ms, bool interruptible);
+
+/* zk_watchdog.c */
+extern void zks_note_heard_locked(const struct timespec *sent_at,
+								  bool via_leader, int rc);
+extern void zks_declare_lost_locked(void);
+extern bool zkwd_lost_locked(void);
+extern void zkwd_note_connected_locked(void);
+extern void zkwd_wake_locked(void);
+extern void zkwd_reset_locked(void);
+extern void zkwd_prepare(void);
+extern bool zkwd_start(void);
+extern void zkwd_stop(void);
 
 /* zk_settings.c, for the session: read on the backend's thread only */
 extern struct ACL_vector zks_node_acl;	/* for the nodes the session creates */
