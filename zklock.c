@@ -15,7 +15,7 @@
  * wait (zk_title.c), counts acquisitions and waits (zk_shared.c), opens
  * the session when a call needs one, and asks the hold table (zk_holds.c)
  * for holds; the hold table runs the recipe (zk_recipe.c), which talks to
- * the session (zk_session.c).  CONTRIBUTING.md, Layout, draws the whole
+ * the session (zk_session.h).  CONTRIBUTING.md, Layout, draws the whole
  * structure.
  *
  * Rules that hold throughout:

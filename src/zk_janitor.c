@@ -170,7 +170,7 @@ janitor_finish(JanitorTask *task, int rc)
 		return;
 	}
 	if (!task->sweep)
-		zks_note_heard_locked(&task->sent_at, true, rc);
+		zkwd_note_heard_locked(&task->sent_at, true, rc);
 	task->in_flight = false;
 	if (task->orphaned)
 		janitor_free(task);
@@ -179,7 +179,7 @@ janitor_finish(JanitorTask *task, int rc)
 	else if (!janitor_should_retry(rc))
 		janitor_unlink_locked(task);
 	pthread_mutex_unlock(&zks_mutex);
-	zks_wake_backend();
+	zkw_wake_backend();
 }
 
 static void
@@ -294,7 +294,7 @@ janitor_send(zhandle_t *handle, JanitorTask *task)
 		rc = ZCLOSING;
 	else if (task->sweep)
 	{
-		rc = zks_send_sync(handle, task->path);
+		rc = zkrq_send_sync(handle, task->path);
 		if (rc == ZOK)
 			rc = zoo_aget_children(handle, task->path, 0, janitor_sweep_done,
 								   task);
@@ -307,7 +307,7 @@ janitor_send(zhandle_t *handle, JanitorTask *task)
 	early = task->answered_early;
 	early_rc = task->early_rc;
 	task->answered_early = false;
-	if (!early && rc != ZOK && !zks_refused_outright(rc))
+	if (!early && rc != ZOK && !zkrq_refused_outright(rc))
 	{
 		JanitorTask *copy = janitor_new_task(task->sweep, task->path,
 											 task->guid);
@@ -336,7 +336,7 @@ janitor_send(zhandle_t *handle, JanitorTask *task)
 
 	if (early)
 		janitor_finish(task, early_rc);
-	else if (zks_refused_outright(rc))
+	else if (zkrq_refused_outright(rc))
 		janitor_finish(task, rc);
 }
 
@@ -396,7 +396,7 @@ zks_keep_node(const char *path)
 	pthread_mutex_lock(&zks_mutex);
 	janitor_push_locked(task);
 	if (zks_test_lose_after_grants > 0 && --zks_test_lose_after_grants == 0)
-		zks_declare_lost_locked();
+		zkwd_declare_lost_locked();
 	pthread_mutex_unlock(&zks_mutex);
 }
 

@@ -6,11 +6,11 @@
  *	  and the errors they end in; and the watch-then-list handoff, where the
  *	  session's watcher sends a waiter's next listing itself.
  *
- * A request is malloc'd, filled in by its completion under zks_mutex, and
- * handed back to the backend by zks_wake_backend (zk_wait.c).  A backend
- * that stops waiting for one marks it abandoned, and its completion frees
- * it; every answer the server gives moves the contact clock
- * (zks_note_heard_locked, zk_watchdog.c).
+ * A request is malloc'd, filled in by its completion and marked done under
+ * zks_mutex, and handed back to the backend by zkw_wake_backend
+ * (zk_wait.c).  A backend that stops waiting for one marks it abandoned,
+ * and its completion frees it; every answer the server gives moves the
+ * contact clock (zkwd_note_heard_locked, zk_watchdog.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -50,7 +50,7 @@ static bool watched_deleted = false;
 
 /* For the credentials (zk_settings.c): a rejection comes as a session event. */
 void
-zks_auth_done(int rc, const void *data)
+zkrq_auth_done(int rc, const void *data)
 {
 }
 
@@ -109,7 +109,7 @@ request_finish(ZkRequest *req, int rc)
 			request_free(req);
 		return;
 	}
-	zks_note_heard_locked(&req->sent_at, req->via_leader, rc);
+	zkwd_note_heard_locked(&req->sent_at, req->via_leader, rc);
 	req->rc = rc;
 	req->done = true;
 	abandoned = req->abandoned;
@@ -118,7 +118,7 @@ request_finish(ZkRequest *req, int rc)
 	if (abandoned)
 		request_free(req);
 	else
-		zks_wake_backend();
+		zkw_wake_backend();
 }
 
 static void
@@ -222,7 +222,7 @@ request_queued(ZkRequest *req, int rc, ZksOperation op, const char *path)
 {
 	if (rc != ZOK)
 	{
-		if (zks_refused_outright(rc))
+		if (zkrq_refused_outright(rc))
 			free(req);
 		else
 			zks_release_request(req);	/* its completion frees it */
@@ -262,7 +262,7 @@ ZkRequest *
 zks_get_children_synced(const char *path)
 {
 	ZkRequest  *req = request_new(false);
-	int			rc = zks_send_sync(zks_zh, path);
+	int			rc = zkrq_send_sync(zks_zh, path);
 
 	if (rc == ZOK)
 		rc = zoo_aget_children2(zks_zh, path, 0, children_done, req);
@@ -284,7 +284,7 @@ ZkRequest *
 zks_exists_synced(const char *path)
 {
 	ZkRequest  *req = request_new(false);
-	int			rc = zks_send_sync(zks_zh, path);
+	int			rc = zkrq_send_sync(zks_zh, path);
 
 	if (rc == ZOK)
 		rc = zoo_aexists(zks_zh, path, 0, stat_done, req);
@@ -317,9 +317,7 @@ zks_get_data(const char *path)
 						  ZKS_READ, path);
 }
 
-
-
-/* Read a node and leave a watch on it; see zks_session_watcher. */
+/* Read a node and leave a watch; see zks_session_watcher (zk_session.c). */
 ZkRequest *
 zks_watch_data(const char *path)
 {
@@ -389,7 +387,7 @@ send_claimed_listing(zhandle_t *handle, PendingListing *claimed)
 	 * connection loss (the waiter lists again), and let a late completion
 	 * find it done.
 	 */
-	if (rc != ZOK && zks_refused_outright(rc))
+	if (rc != ZOK && zkrq_refused_outright(rc))
 		request_finish(claimed->listing, rc);
 	else if (rc != ZOK)
 	{
@@ -401,7 +399,7 @@ send_claimed_listing(zhandle_t *handle, PendingListing *claimed)
 			claimed->listing->done = true;
 		}
 		pthread_mutex_unlock(&zks_mutex);
-		zks_wake_backend();
+		zkw_wake_backend();
 	}
 	pending_listing_free(claimed);
 }
@@ -590,7 +588,7 @@ zks_report_error(int rc, ZksOperation op, const char *path)
  * next disconnect); callers must expect either.
  */
 bool
-zks_refused_outright(int rc)
+zkrq_refused_outright(int rc)
 {
 	return rc == ZINVALIDSTATE || rc == ZBADARGUMENTS || rc == ZCLOSING;
 }
@@ -606,7 +604,7 @@ sync_unawaited(int rc, const char *value, const void *data)
  * was lost; a read queued behind this sync has.
  */
 int
-zks_send_sync(zhandle_t *handle, const char *path)
+zkrq_send_sync(zhandle_t *handle, const char *path)
 {
 	return zoo_async(handle, path, sync_unawaited, NULL);
 }

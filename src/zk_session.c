@@ -116,7 +116,7 @@ zks_session_watcher(zhandle_t *handle, int type, int state, const char *path,
 		else if (state == ZOO_AUTH_FAILED_STATE)
 			zks_link.auth_failed = true;
 		else
-			clock_gettime(CLOCK_MONOTONIC, &zks_link.connecting_since);
+			zkwd_note_disconnected_locked();
 	}
 	/* After a reconnect a waiter re-checks the queue too. */
 	zks_link.watch_generation++;
@@ -125,7 +125,7 @@ zks_session_watcher(zhandle_t *handle, int type, int state, const char *path,
 
 	if (claimed)
 		zkrq_send_claimed(handle, claimed, discard_listing);
-	zks_wake_backend();
+	zkw_wake_backend();
 }
 
 /* The server the session is connected to, or NULL. */
@@ -260,7 +260,10 @@ close_at_exit(int code, Datum arg)
 	pthread_mutex_unlock(&zks_mutex);
 }
 
-/* What a session needs of the backend, made once: see zk_wait.c. */
+/*
+ * What a session needs of the backend, made once: the waits' (zkw_prepare),
+ * the watchdog's (zkwd_prepare), and the exit callback.
+ */
 static void
 prepare_backend_resources(void)
 {
@@ -345,9 +348,10 @@ opener_main(void *arg)
 	if (opener->tls)
 	{
 		/* The TLS variant takes no log callback: set it at once. */
-		handle = zookeeper_init_ssl(opener->hosts, opener->tls, zks_session_watcher,
-									opener->timeout, NULL,
-									zks_generation_context(opener->generation), 0);
+		handle = zookeeper_init_ssl(opener->hosts, opener->tls,
+									zks_session_watcher, opener->timeout, NULL,
+									zks_generation_context(opener->generation),
+									0);
 		error = errno;
 		if (handle != NULL)
 			zoo_set_log_callback(handle, zkcl_log);
@@ -378,7 +382,7 @@ opener_main(void *arg)
 	pthread_mutex_unlock(&zks_mutex);
 
 	if (!abandoned)
-		zks_wake_backend();
+		zkw_wake_backend();
 	else
 	{
 		if (handle != NULL)
@@ -511,7 +515,6 @@ open_handle(TimestampTz deadline)
 	zks_link.auth_failed = false;
 	zks_link.ever_connected = false;
 	zkwd_reset_locked();
-	clock_gettime(CLOCK_MONOTONIC, &zks_link.connecting_since);
 	opener->generation = ++zks_link.generation;
 	pthread_mutex_unlock(&zks_mutex);
 

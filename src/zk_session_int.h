@@ -2,7 +2,7 @@
  *
  * zk_session_int.h
  *	  What the session's own files share, and nothing else includes.  The
- *	  session's public API (zk_session.h) is made by these files:
+ *	  session's files, which make its public API (zk_session.h):
  *
  *	  zk_session.c		the session's life: opening and closing the
  *						handle, its events, its state
@@ -14,13 +14,14 @@
  *	  zk_janitor.c		deleting the nodes a backend gives up
  *	  zk_settings.c		the settings a session is made with, its
  *						credentials and TLS files
- *	  zk_client_log.c	the library's own messages
+ *	  zk_client_log.c	the library's own messages (no API of its own)
  *
  * Thread rules (see zk_session.c): the completion thread and the watchdog
  * call into these files, so everything those two reach here either runs
  * under zks_mutex (the _locked functions, which expect it held) or touches
  * nothing of PostgreSQL.  The others must be called without the mutex:
- * zkj_kick takes it, and it and zks_send_sync call the client library.
+ * zkj_kick and zkwd_stop take it, and zkj_kick, zkrq_send_sync and
+ * zkrq_send_claimed call the client library.
  * Functions that may raise an ERROR, wait or use PostgreSQL's memory run
  * on the backend's thread only; zk_settings.c is all of that kind.
  *
@@ -30,9 +31,6 @@
 #define ZK_SESSION_INT_H
 
 #include <pthread.h>
-#include <time.h>
-
-#include "datatype/timestamp.h"
 
 #include "zk_session.h"
 
@@ -41,14 +39,19 @@ extern pthread_mutex_t zks_mutex;
 extern zhandle_t *zks_zh;
 
 /*
- * What the library's events say of the handle, written by the session's
- * watcher (zk_session.c) under zks_mutex and read under it elsewhere.  The
- * backend alone writes generation, so it may read it without the mutex.
+ * What the library's events say of the handle: written under zks_mutex by
+ * the session's watcher, and reset by the backend when it opens a handle
+ * (zk_session.c); read under the mutex elsewhere.  The backend alone writes
+ * generation, so it may read it without the mutex.
  */
 typedef struct ZksLink
 {
-	uint64		generation;		/* of the handle in use: every event carries
-								 * its handle's, and others are ignored */
+	/*
+	 * Of the handle in use.  Every event carries its handle's: a handle
+	 * given up while it was being made, or closed, must not touch the state
+	 * of the one in use.
+	 */
+	uint64		generation;
 	int			conn_state;		/* the library's last session state */
 	bool		expired;
 	bool		auth_failed;
@@ -56,7 +59,6 @@ typedef struct ZksLink
 	int			negotiated_timeout;
 	uint64		connect_count;	/* connections made, reconnects included */
 	uint64		watch_generation;	/* bumped by every event */
-	struct timespec connecting_since;	/* since the last disconnection */
 } ZksLink;
 
 extern ZksLink zks_link;
@@ -82,22 +84,23 @@ extern PendingListing *zkrq_claim_listing_locked(int type, const char *path,
 extern void zkrq_send_claimed(zhandle_t *handle, PendingListing *claimed,
 							  bool discard);
 extern ZkRequest *zkrq_sync(const char *path);
-extern bool zks_refused_outright(int rc);
-extern int	zks_send_sync(zhandle_t *handle, const char *path);
-extern void zks_auth_done(int rc, const void *data);	/* for the credentials */
+extern bool zkrq_refused_outright(int rc);
+extern int	zkrq_send_sync(zhandle_t *handle, const char *path);
+extern void zkrq_auth_done(int rc, const void *data);	/* for the credentials */
 
 /* zk_wait.c */
-extern void zks_wake_backend(void);
+extern void zkw_wake_backend(void);
 extern void zkw_prepare(void);
 extern long zkw_ms_until(TimestampTz deadline);
 extern void zkw_sleep(long timeout_ms, bool interruptible);
 
 /* zk_watchdog.c */
-extern void zks_note_heard_locked(const struct timespec *sent_at,
-								  bool via_leader, int rc);
-extern void zks_declare_lost_locked(void);
+extern void zkwd_note_heard_locked(const struct timespec *sent_at,
+								   bool via_leader, int rc);
+extern void zkwd_declare_lost_locked(void);
 extern bool zkwd_lost_locked(void);
 extern void zkwd_note_connected_locked(void);
+extern void zkwd_note_disconnected_locked(void);
 extern void zkwd_wake_locked(void);
 extern void zkwd_reset_locked(void);
 extern void zkwd_prepare(void);

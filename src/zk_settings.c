@@ -486,7 +486,7 @@ zkset_authenticate(void)
 	}
 	PG_END_TRY();
 	rc = zoo_add_auth(zks_zh, "digest", credentials, strlen(credentials),
-					  zks_auth_done, NULL);
+					  zkrq_auth_done, NULL);
 	explicit_bzero(credentials, strlen(credentials));
 	pfree(credentials);
 	if (rc != ZOK)

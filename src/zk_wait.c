@@ -4,10 +4,10 @@
  *	  How the backend waits for ZooKeeper: for a reply, a watch, a
  *	  connection, or the janitor to settle, on a WaitEventSet of its latch,
  *	  postmaster death and an eventfd that the library's threads write to
- *	  (zks_wake_backend), so that cancel, statement_timeout, lock_timeout
+ *	  (zkw_wake_backend), so that cancel, statement_timeout, lock_timeout
  *	  and termination all reach a waiting backend.
  *
- * Everything here runs on the backend's thread, but zks_wake_backend,
+ * Everything here runs on the backend's thread, but zkw_wake_backend,
  * which is a plain system call and safe on any thread.
  *
  *-------------------------------------------------------------------------
@@ -44,7 +44,7 @@ static WaitEventSet *wait_set = NULL;
 
 /* Wake the backend.  Safe on any thread: a plain system call. */
 void
-zks_wake_backend(void)
+zkw_wake_backend(void)
 {
 	uint64		one = 1;
 	ssize_t		rc pg_attribute_unused();

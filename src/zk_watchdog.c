@@ -21,10 +21,11 @@
  * answered within the last third of T.
  *
  * The watchdog is a plain thread, started with the handle and stopped
- * before it is closed.  It and the completions that move the clock run
- * outside PostgreSQL's rules: everything here is under zks_mutex, but the
- * functions the backend calls to ask for a sync, take a cancel back or
- * describe a loss.
+ * before it is closed.  What it and the completions that move the clock
+ * run here runs under zks_mutex and uses nothing of PostgreSQL.  The
+ * backend's own are zks_confirm_contact, take_back_loss_cancel,
+ * zks_loss_reason and zkwd_prepare, zkwd_start and zkwd_stop; the
+ * functions it calls to set the flags take the mutex themselves.
  *
  *-------------------------------------------------------------------------
  */
@@ -43,6 +44,7 @@
 #include "zk_session_int.h"
 
 /* The contact clock (see the header comment), on CLOCK_MONOTONIC; zks_mutex. */
+static struct timespec connecting_since;	/* since the last disconnection */
 static struct timespec last_heard;
 static struct timespec last_leader_heard;
 static struct timespec last_heartbeat;	/* when one was last sent */
@@ -53,15 +55,20 @@ static bool heartbeat_in_flight = false;
  * notices when the session has gone unheard for its timeout (no library
  * event says so) or has expired, and then, if holds that guard commits
  * exist and a statement runs, cancels that statement with SIGINT so the
- * work under the lock stops at once (see zk_guard.c).  Everything below is
- * protected by zks_mutex.
+ * work under the lock stops at once (see zk_guard.c).  The backend alone
+ * starts and stops it (watchdog_thread, watchdog_running); the rest below
+ * is protected by zks_mutex.
  */
 static pthread_cond_t watchdog_cond;
 static pthread_t watchdog_thread;
 static bool watchdog_running = false;
 static bool watchdog_stop = false;
 
-/* What the watchdog found; both reset with a new handle. */
+/*
+ * Whether the session was declared lost (by the watchdog, the leader sync
+ * or a fault test), and whether the watchdog acted on it; both reset with
+ * a new handle.
+ */
 static bool loss_acted_on = false;
 static bool declared_lost = false;	/* sticky until a new handle is opened */
 
@@ -118,7 +125,7 @@ server_answered(int rc)
  * Caller holds zks_mutex.
  */
 void
-zks_note_heard_locked(const struct timespec *sent_at, bool via_leader, int rc)
+zkwd_note_heard_locked(const struct timespec *sent_at, bool via_leader, int rc)
 {
 	if (!server_answered(rc))
 		return;
@@ -262,7 +269,7 @@ heartbeat_done(int rc, const struct Stat *stat, const void *data)
 	pthread_mutex_lock(&zks_mutex);
 	if (beat->generation == zks_link.generation)
 	{
-		zks_note_heard_locked(&beat->sent_at, false, rc);
+		zkwd_note_heard_locked(&beat->sent_at, false, rc);
 		heartbeat_in_flight = false;
 		pthread_cond_signal(&watchdog_cond);
 	}
@@ -297,7 +304,7 @@ send_heartbeat_locked(const struct timespec *now)
 	{
 		/* Try again at the next turn; see janitor_send (zk_janitor.c) about the leak. */
 		heartbeat_in_flight = false;
-		if (zks_refused_outright(rc))
+		if (zkrq_refused_outright(rc))
 			free(beat);
 	}
 }
@@ -416,7 +423,7 @@ watchdog_main(void *arg)
 					loss_cancel_sent = true;
 					kill(getpid(), SIGINT);
 				}
-				zks_wake_backend();
+				zkw_wake_backend();
 
 				/*
 				 * A lease that ran out leaves the session connected: its
@@ -570,8 +577,8 @@ zkwd_prepare(void)
 }
 
 /*
- * A new handle is being made: its contact clock starts from nothing and
- * nothing is lost yet.  Caller holds zks_mutex.
+ * A new handle is being made: its contact clock starts from nothing, its
+ * connecting from now, and nothing is lost yet.  Caller holds zks_mutex.
  */
 void
 zkwd_reset_locked(void)
@@ -584,6 +591,7 @@ zkwd_reset_locked(void)
 	memset(&last_heartbeat, 0, sizeof(last_heartbeat));
 	memset(&last_heard, 0, sizeof(last_heard));
 	memset(&last_leader_heard, 0, sizeof(last_leader_heard));
+	clock_gettime(CLOCK_MONOTONIC, &connecting_since);
 }
 
 /*
@@ -594,10 +602,17 @@ zkwd_reset_locked(void)
 void
 zkwd_note_connected_locked(void)
 {
-	if (later(&zks_link.connecting_since, &last_heard))
-		last_heard = zks_link.connecting_since;
-	if (later(&zks_link.connecting_since, &last_leader_heard))
-		last_leader_heard = zks_link.connecting_since;
+	if (later(&connecting_since, &last_heard))
+		last_heard = connecting_since;
+	if (later(&connecting_since, &last_leader_heard))
+		last_leader_heard = connecting_since;
+}
+
+/* The session is not connected (any more).  Caller holds zks_mutex. */
+void
+zkwd_note_disconnected_locked(void)
+{
+	clock_gettime(CLOCK_MONOTONIC, &connecting_since);
 }
 
 /* Have the watchdog look again: an event came.  Caller holds zks_mutex. */
@@ -635,7 +650,7 @@ zkwd_stop(void)
  * fault tests (zks_test_lose_after_grants).  Caller holds zks_mutex.
  */
 void
-zks_declare_lost_locked(void)
+zkwd_declare_lost_locked(void)
 {
 	declared_lost = true;
 	pthread_cond_signal(&watchdog_cond);
