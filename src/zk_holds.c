@@ -79,6 +79,7 @@ typedef struct LockEntry
 									 * the slot's node path */
 	char	   *name;			/* the lock name, for messages */
 	bool		semaphore;		/* a slot */
+	bool		lost;			/* in lost_holds, not holds */
 	HoldMode	modes[2];		/* indexed by shared */
 } LockEntry;
 
@@ -278,6 +279,7 @@ enter(HTAB *table, const char *key, const char *name)
 
 		entry->name = name_copy;
 		entry->semaphore = false;
+		entry->lost = table == lost_holds;
 		for (m = 0; m < 2; m++)
 		{
 			memset(&entry->modes[m], 0, offsetof(HoldMode, node));
@@ -311,8 +313,9 @@ has_node(const HoldMode *mode)
 }
 
 static void
-remove_entry(HTAB *table, LockEntry *entry)
+remove_entry(LockEntry *entry)
 {
+	HTAB	   *table = entry->lost ? lost_holds : holds;
 	int			m;
 
 	for (m = 0; m < 2; m++)
@@ -409,14 +412,12 @@ update_cancel_on_loss(void)
 static int64 entry_token(const LockEntry *entry);
 
 /*
- * Show the holds of one entry of table to the rest of the server
- * (zk_shared.c), after a change to them.  Writes shared memory only; never
- * fails.
+ * Show the holds of one entry to the rest of the server (zk_shared.c),
+ * after a change to them.  Writes shared memory only; never fails.
  */
 static void
-show_entry(HTAB *table, LockEntry *entry)
+show_entry(LockEntry *entry)
 {
-	bool		lost = table == lost_holds;
 	char		parent[ZKL_PARENT_MAX];
 	int			m;
 
@@ -431,10 +432,10 @@ show_entry(HTAB *table, LockEntry *entry)
 		if (hold_count(mode) > 0)
 			mode->shown = zksh_put_hold(mode->shown,
 										parent_of(entry, parent), m,
-										entry->semaphore, lost,
+										entry->semaphore, entry->lost,
 										mode->session_count,
 										mode->xact_count, mode->node.path,
-										lost ? mode->node.czxid :
+										entry->lost ? mode->node.czxid :
 										entry_token(entry), mode->since);
 		else if (mode->shown != 0)
 		{
@@ -454,7 +455,7 @@ show_holds_in(HTAB *table)
 		return;
 	hash_seq_init(&status, table);
 	while ((entry = hash_seq_search(&status)) != NULL)
-		show_entry(table, entry);
+		show_entry(entry);
 }
 
 /* Show every hold, after a change to many. */
@@ -493,7 +494,7 @@ zkh_add_if_held(const char *parent, bool shared, bool xact)
 		mode->since = GetCurrentTimestamp();
 	take_lease(mode, hold_count(mode) == 0);
 	add_hold(mode, xact);
-	show_entry(holds, entry);
+	show_entry(entry);
 	return true;
 }
 
@@ -518,7 +519,7 @@ release_node(HoldMode *mode)
  * entry once nothing is left.  Nodes are czxid-ordered: both are ours.
  */
 static bool
-settle(HTAB *table, LockEntry *entry)
+settle(LockEntry *entry)
 {
 	int			m;
 
@@ -529,10 +530,10 @@ settle(HTAB *table, LockEntry *entry)
 
 		if (hold_count(mode) > 0 || !has_node(mode) || mode->acquiring)
 			continue;
-		if (table == holds && hold_count(other) > 0 && has_node(other) &&
+		if (!entry->lost && hold_count(other) > 0 && has_node(other) &&
 			mode->node.czxid < other->node.czxid)
 			continue;
-		if (table == holds)
+		if (!entry->lost)
 			release_node(mode);
 		else
 			mode->node.path[0] = '\0';
@@ -544,7 +545,7 @@ settle(HTAB *table, LockEntry *entry)
 		if (hold_count(mode) > 0 || has_node(mode) || mode->acquiring)
 			return true;
 	}
-	remove_entry(table, entry);
+	remove_entry(entry);
 	return false;
 }
 
@@ -601,7 +602,7 @@ zkh_acquire(const char *parent, const char *name, bool shared, bool xact,
 		zksh_wait_end();
 		mode->acquiring = false;
 		mode->node.path[0] = '\0';
-		settle(holds, entry);
+		settle(entry);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -613,10 +614,10 @@ zkh_acquire(const char *parent, const char *name, bool shared, bool xact,
 		take_lease(mode, true);
 		mode->verified_at = zks_connection_count();
 		add_hold(mode, xact);
-		show_entry(holds, entry);
+		show_entry(entry);
 	}
-	else if (settle(holds, entry))
-		show_entry(holds, entry);
+	else if (settle(entry))
+		show_entry(entry);
 	return result;
 }
 
@@ -646,8 +647,8 @@ zkh_undo_hold(const char *parent, bool shared, bool xact)
 			mode->xact_count--;
 		else
 			mode->session_count--;
-		if (settle(tables[t], entry))
-			show_entry(tables[t], entry);
+		if (settle(entry))
+			show_entry(entry);
 		break;
 	}
 	update_cancel_on_loss();
@@ -665,8 +666,8 @@ zkh_release_session_hold(const char *parent, bool shared, const char *name)
 	{
 		note_acknowledged(name);
 		entry->modes[shared].session_count--;
-		if (settle(lost_holds, entry))
-			show_entry(lost_holds, entry);
+		if (settle(entry))
+			show_entry(entry);
 		ereport(WARNING,
 				(errmsg("zklock \"%s\" was lost with the ZooKeeper session and is not held",
 						name),
@@ -683,8 +684,8 @@ zkh_release_session_hold(const char *parent, bool shared, const char *name)
 		return false;
 	}
 	entry->modes[shared].session_count--;
-	if (settle(holds, entry))
-		show_entry(holds, entry);
+	if (settle(entry))
+		show_entry(entry);
 	finish_releases(true);
 	update_cancel_on_loss();
 	return true;
@@ -706,7 +707,7 @@ release_all_session_holds_in(HTAB *table)
 			note_acknowledged(entry->name);
 		entry->modes[0].session_count = 0;
 		entry->modes[1].session_count = 0;
-		settle(table, entry);
+		settle(entry);
 	}
 }
 
@@ -753,8 +754,8 @@ move_to_lost(LockEntry *entry)
 			to->xact_subids[to->xact_count++] = from->xact_subids[i];
 		to->session_count += from->session_count;
 	}
-	settle(lost_holds, lost);
-	remove_entry(holds, entry);
+	settle(lost);
+	remove_entry(entry);
 }
 
 static void
@@ -953,14 +954,14 @@ zkh_acquire_slot(const char *parent, const char *name, int slots, bool xact,
 		take_lease(mode, true);
 		mode->verified_at = zks_connection_count();
 		add_hold(mode, xact);
-		show_entry(holds, entry);
+		show_entry(entry);
 	}
 	PG_CATCH();
 	{
 		LockEntry  *entry = find_in(holds, node.path);
 
 		if (entry)
-			remove_entry(holds, entry);
+			remove_entry(entry);
 		if (!zkr_release(node.path))
 			zks_close();
 		PG_RE_THROW();
@@ -1014,8 +1015,8 @@ zkh_release_slot(const char *parent, const char *name)
 	{
 		note_acknowledged(name);
 		entry->modes[0].session_count--;
-		if (settle(lost_holds, entry))
-			show_entry(lost_holds, entry);
+		if (settle(entry))
+			show_entry(entry);
 		ereport(WARNING,
 				(errmsg("zklock semaphore \"%s\" lost a slot with the ZooKeeper session",
 						name),
@@ -1031,8 +1032,8 @@ zkh_release_slot(const char *parent, const char *name)
 		return false;
 	}
 	entry->modes[0].session_count--;
-	if (settle(holds, entry))
-		show_entry(holds, entry);
+	if (settle(entry))
+		show_entry(entry);
 	finish_releases(true);
 	update_cancel_on_loss();
 	return true;
@@ -1378,7 +1379,7 @@ end_xact_holds_in(HTAB *table, SubTransactionId subid, bool all)
 			mode->xact_count = kept;
 		}
 		if (ended)
-			settle(table, entry);
+			settle(entry);
 	}
 }
 
