@@ -83,6 +83,14 @@ typedef struct LockEntry
 	HoldMode	modes[2];		/* indexed by shared */
 } LockEntry;
 
+/* Which holds of a mode a count is of. */
+typedef enum HoldScope
+{
+	HOLD_SESSION,
+	HOLD_XACT,
+	HOLD_ANY					/* of either scope */
+} HoldScope;
+
 static HTAB *holds = NULL;
 static HTAB *lost_holds = NULL;
 static int64 losses = 0;
@@ -165,6 +173,22 @@ zkh_define_settings(void)
 							NULL, NULL, NULL);
 }
 
+/* How many holds a mode has at scope. */
+static int
+hold_count(const HoldMode *mode, HoldScope scope)
+{
+	return (scope != HOLD_XACT ? mode->session_count : 0) +
+		(scope != HOLD_SESSION ? mode->xact_count : 0);
+}
+
+/* How many of an entry's modes have a hold at scope. */
+static int
+modes_held(const LockEntry *entry, HoldScope scope)
+{
+	return (hold_count(&entry->modes[0], scope) > 0) +
+		(hold_count(&entry->modes[1], scope) > 0);
+}
+
 /*
  * Arm the session's lease for the earliest deadline among the live holds
  * granted under one, or disarm it.  Called when holds change; nothing is
@@ -190,7 +214,7 @@ update_lease(bool leased_change)
 				HoldMode   *mode = &entry->modes[m];
 
 				if (mode->lease_until == 0 || mode->acquiring ||
-					mode->session_count + mode->xact_count == 0)
+					hold_count(mode, HOLD_ANY) == 0)
 					continue;
 				if (earliest == 0 || mode->lease_until < earliest)
 				{
@@ -300,12 +324,6 @@ parent_of(const LockEntry *entry, char buf[ZKL_PARENT_MAX])
 	return buf;
 }
 
-static int
-hold_count(const HoldMode *mode)
-{
-	return mode->session_count + mode->xact_count;
-}
-
 static bool
 has_node(const HoldMode *mode)
 {
@@ -373,40 +391,36 @@ add_hold(HoldMode *mode, bool xact)
 		tell_cancel_on_loss(true);
 }
 
-/* Does a live hold guard commits: any transaction-level one, or any at all? */
+/* Has any entry of table a hold at scope? */
 static bool
-guards_commits(const LockEntry *entry)
-{
-	int			m;
-
-	for (m = 0; m < 2; m++)
-		if (entry->modes[m].xact_count > 0 ||
-			(zklock_fail_closed && entry->modes[m].session_count > 0))
-			return true;
-	return false;
-}
-
-static bool is_empty(void);
-
-/* A loss cancels the running statement while a live hold guards commits. */
-static void
-update_cancel_on_loss(void)
+any_held(HTAB *table, HoldScope scope)
 {
 	HASH_SEQ_STATUS status;
 	LockEntry  *entry;
-	bool		any = false;
 
-	if (!is_empty())
+	if (table == NULL || hash_get_num_entries(table) == 0)
+		return false;
+	hash_seq_init(&status, table);
+	while ((entry = hash_seq_search(&status)) != NULL)
 	{
-		hash_seq_init(&status, holds);
-		while (!any && (entry = hash_seq_search(&status)) != NULL)
-			if (guards_commits(entry))
-			{
-				any = true;
-				hash_seq_term(&status);
-			}
+		if (modes_held(entry, scope) > 0)
+		{
+			hash_seq_term(&status);
+			return true;
+		}
 	}
-	tell_cancel_on_loss(any);
+	return false;
+}
+
+/*
+ * A loss cancels the running statement while a live hold guards commits:
+ * any transaction-level one, or with zklock.fail_closed any at all.
+ */
+static void
+update_cancel_on_loss(void)
+{
+	tell_cancel_on_loss(any_held(holds, zklock_fail_closed ? HOLD_ANY :
+								 HOLD_XACT));
 }
 
 static int64 entry_token(const LockEntry *entry);
@@ -429,7 +443,7 @@ show_entry(LockEntry *entry)
 	{
 		HoldMode   *mode = &entry->modes[m];
 
-		if (hold_count(mode) > 0)
+		if (hold_count(mode, HOLD_ANY) > 0)
 			mode->shown = zksh_put_hold(mode->shown,
 										parent_of(entry, parent), m,
 										entry->semaphore, entry->lost,
@@ -490,9 +504,9 @@ zkh_add_if_held(const char *parent, bool shared, bool xact)
 		return false;
 	reserve_subids(mode, mode->xact_count + 1);
 	/* A fresh hold on a node kept to hold our place starts now. */
-	if (hold_count(mode) == 0)
+	if (hold_count(mode, HOLD_ANY) == 0)
 		mode->since = GetCurrentTimestamp();
-	take_lease(mode, hold_count(mode) == 0);
+	take_lease(mode, hold_count(mode, HOLD_ANY) == 0);
 	add_hold(mode, xact);
 	show_entry(entry);
 	return true;
@@ -528,10 +542,11 @@ settle(LockEntry *entry)
 		HoldMode   *mode = &entry->modes[m];
 		HoldMode   *other = &entry->modes[1 - m];
 
-		if (hold_count(mode) > 0 || !has_node(mode) || mode->acquiring)
+		if (hold_count(mode, HOLD_ANY) > 0 || !has_node(mode) ||
+			mode->acquiring)
 			continue;
-		if (!entry->lost && hold_count(other) > 0 && has_node(other) &&
-			mode->node.czxid < other->node.czxid)
+		if (!entry->lost && hold_count(other, HOLD_ANY) > 0 &&
+			has_node(other) && mode->node.czxid < other->node.czxid)
 			continue;
 		if (!entry->lost)
 			release_node(mode);
@@ -542,7 +557,8 @@ settle(LockEntry *entry)
 	{
 		HoldMode   *mode = &entry->modes[m];
 
-		if (hold_count(mode) > 0 || has_node(mode) || mode->acquiring)
+		if (hold_count(mode, HOLD_ANY) > 0 || has_node(mode) ||
+			mode->acquiring)
 			return true;
 	}
 	remove_entry(entry);
@@ -641,7 +657,7 @@ zkh_undo_hold(const char *parent, bool shared, bool xact)
 		if (entry == NULL)
 			continue;
 		mode = &entry->modes[shared];
-		if (xact ? mode->xact_count == 0 : mode->session_count == 0)
+		if (hold_count(mode, xact ? HOLD_XACT : HOLD_SESSION) == 0)
 			continue;
 		if (xact)
 			mode->xact_count--;
@@ -702,8 +718,7 @@ release_all_session_holds_in(HTAB *table)
 	hash_seq_init(&status, table);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
-		if (table == lost_holds &&
-			entry->modes[0].session_count + entry->modes[1].session_count > 0)
+		if (entry->lost && modes_held(entry, HOLD_SESSION) > 0)
 			note_acknowledged(entry->name);
 		entry->modes[0].session_count = 0;
 		entry->modes[1].session_count = 0;
@@ -741,7 +756,7 @@ move_to_lost(LockEntry *entry)
 		HoldMode   *to = &lost->modes[m];
 		int			i;
 
-		if (hold_count(from) == 0)
+		if (hold_count(from, HOLD_ANY) == 0)
 			continue;
 		losses++;
 		if (to->since == 0)
@@ -762,13 +777,6 @@ static void
 append_name(StringInfo names, const char *name)
 {
 	appendStringInfo(names, "%s\"%s\"", names->len > 0 ? ", " : "", name);
-}
-
-static bool
-is_held(const LockEntry *entry)
-{
-	return hold_count(&entry->modes[0]) > 0 ||
-		hold_count(&entry->modes[1]) > 0;
 }
 
 /*
@@ -793,7 +801,7 @@ lose_session(bool warn)
 	hash_seq_init(&status, holds);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
-		if (is_held(entry))
+		if (modes_held(entry, HOLD_ANY) > 0)
 		{
 			append_name(&names, entry->name);
 			zksh_count(entry->key, entry->semaphore, ZKSH_LOSSES, 1);
@@ -812,12 +820,9 @@ lose_session(bool warn)
 	pfree(names.data);
 }
 
-/*
- * Names of the lost holds still remembered, at transaction level (xact) or
- * at session level, for messages.
- */
+/* Names of the lost holds still remembered at scope, for messages. */
 static void
-append_lost_names(StringInfo names, bool xact)
+append_lost_names(StringInfo names, HoldScope scope)
 {
 	HASH_SEQ_STATUS status;
 	LockEntry  *entry;
@@ -826,14 +831,8 @@ append_lost_names(StringInfo names, bool xact)
 		return;
 	hash_seq_init(&status, lost_holds);
 	while ((entry = hash_seq_search(&status)) != NULL)
-	{
-		int			count = xact ?
-			entry->modes[0].xact_count + entry->modes[1].xact_count :
-			entry->modes[0].session_count + entry->modes[1].session_count;
-
-		if (count > 0)
+		if (modes_held(entry, scope) > 0)
 			append_name(names, entry->name);
-	}
 }
 
 /*
@@ -852,9 +851,9 @@ raise_loss(bool commit, bool xact, bool session)
 	initStringInfo(&session_names);
 	initStringInfo(&detail);
 	if (xact)
-		append_lost_names(&xact_names, true);
+		append_lost_names(&xact_names, HOLD_XACT);
 	if (session)
-		append_lost_names(&session_names, false);
+		append_lost_names(&session_names, HOLD_SESSION);
 	if (xact_names.len > 0)
 		appendStringInfo(&detail, LOST_XACT_DETAIL "  ", xact_names.data);
 	if (session_names.len > 0)
@@ -909,7 +908,7 @@ zkh_token(const char *parent)
 {
 	LockEntry  *entry = find_in(holds, parent);
 
-	if (entry == NULL || !is_held(entry))
+	if (entry == NULL || modes_held(entry, HOLD_ANY) == 0)
 		return 0;
 	return entry_token(entry);
 }
@@ -1054,7 +1053,7 @@ zkh_slot_token(const char *parent)
 		return 0;
 	hash_seq_init(&status, holds);
 	while ((entry = hash_seq_search(&status)) != NULL)
-		if (is_slot_of(entry, parent) && is_held(entry) &&
+		if (is_slot_of(entry, parent) && modes_held(entry, HOLD_ANY) > 0 &&
 			(token == 0 || entry->modes[0].node.czxid < token))
 			token = entry->modes[0].node.czxid;
 	return token;
@@ -1091,8 +1090,7 @@ zkh_held_count(void)
 		return 0;
 	hash_seq_init(&status, holds);
 	while ((entry = hash_seq_search(&status)) != NULL)
-		n += (hold_count(&entry->modes[0]) > 0) +
-			(hold_count(&entry->modes[1]) > 0);
+		n += modes_held(entry, HOLD_ANY);
 	return n;
 }
 
@@ -1143,8 +1141,7 @@ zkh_unacknowledged_losses(void)
 		return 0;
 	hash_seq_init(&status, lost_holds);
 	while ((entry = hash_seq_search(&status)) != NULL)
-		n += (entry->modes[0].session_count > 0) +
-			(entry->modes[1].session_count > 0);
+		n += modes_held(entry, HOLD_SESSION);
 	return n;
 }
 
@@ -1183,23 +1180,22 @@ zkh_rows(ZkHoldRow **rows_out)
 		while ((entry = hash_seq_search(&status)) != NULL)
 		{
 			int			m;
-			int			scope;
+			HoldScope	scope;
 
 			for (m = 0; m < 2; m++)
 			{
 				HoldMode   *mode = &entry->modes[m];
 
-				for (scope = 0; scope < 2; scope++)
+				for (scope = HOLD_SESSION; scope <= HOLD_XACT; scope++)
 				{
-					int			count = scope ? mode->xact_count :
-					mode->session_count;
+					int			count = hold_count(mode, scope);
 
 					if (count == 0)
 						continue;
 					rows[n].name = entry->name;
 					rows[n].shared = m;
 					rows[n].semaphore = entry->semaphore;
-					rows[n].xact = scope;
+					rows[n].xact = scope == HOLD_XACT;
 					rows[n].count = count;
 					rows[n].lost = (t == 1);
 					rows[n].node = mode->node.path;
@@ -1213,8 +1209,6 @@ zkh_rows(ZkHoldRow **rows_out)
 	*rows_out = rows;
 	return n;
 }
-
-static bool has_xact_holds_in(HTAB *table);
 
 /* A lost session-level hold of this name was let go: remember it. */
 static void
@@ -1232,27 +1226,6 @@ note_acknowledged(const char *name)
 	if (strstr(acknowledged_in_xact->data, quoted) == NULL)
 		append_name(acknowledged_in_xact, name);
 	pfree(quoted);
-}
-
-static bool
-has_session_holds_in(HTAB *table)
-{
-	HASH_SEQ_STATUS status;
-	LockEntry  *entry;
-
-	if (table == NULL || hash_get_num_entries(table) == 0)
-		return false;
-	hash_seq_init(&status, table);
-	while ((entry = hash_seq_search(&status)) != NULL)
-	{
-		if (entry->modes[0].session_count > 0 ||
-			entry->modes[1].session_count > 0)
-		{
-			hash_seq_term(&status);
-			return true;
-		}
-	}
-	return false;
 }
 
 /*
@@ -1291,8 +1264,7 @@ confirm_holds(bool session_too)
 	{
 		int			m;
 
-		if (entry->modes[0].xact_count == 0 && entry->modes[1].xact_count == 0 &&
-			!(session_too && is_held(entry)))
+		if (modes_held(entry, session_too ? HOLD_ANY : HOLD_XACT) == 0)
 			continue;
 		for (m = 0; m < 2; m++)
 		{
@@ -1332,15 +1304,15 @@ zkh_check_commit(bool wrote, bool prepare)
 	bool		session_too = wrote && zklock_fail_closed;
 
 	/* A ZooKeeper lock cannot outlive this backend's session. */
-	if (prepare && (has_xact_holds_in(holds) || has_xact_holds_in(lost_holds)))
+	if (prepare && (any_held(holds, HOLD_XACT) ||
+					any_held(lost_holds, HOLD_XACT)))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("cannot PREPARE a transaction that holds transaction-level zklocks"),
 				 errhint("Use session-level zklocks, released with zk_unlock(), around two-phase transactions.")));
-	if (has_xact_holds_in(holds) || (session_too && !is_empty()))
+	if (any_held(holds, HOLD_XACT) || (session_too && !is_empty()))
 		confirm_holds(session_too);
-	if (has_xact_holds_in(lost_holds) ||
-		(session_too && has_session_holds_in(lost_holds)))
+	if (any_held(lost_holds, session_too ? HOLD_ANY : HOLD_XACT))
 		raise_loss(true, true, session_too);
 	if (session_too && acknowledged_in_xact && acknowledged_in_xact->len > 0)
 		ereport(ERROR,
@@ -1398,26 +1370,6 @@ end_xact_holds(SubTransactionId subid, bool all)
 	show_holds();
 	finish_releases(zklock_synchronous_release);
 	update_cancel_on_loss();
-}
-
-static bool
-has_xact_holds_in(HTAB *table)
-{
-	HASH_SEQ_STATUS status;
-	LockEntry  *entry;
-
-	if (table == NULL || hash_get_num_entries(table) == 0)
-		return false;
-	hash_seq_init(&status, table);
-	while ((entry = hash_seq_search(&status)) != NULL)
-	{
-		if (entry->modes[0].xact_count > 0 || entry->modes[1].xact_count > 0)
-		{
-			hash_seq_term(&status);
-			return true;
-		}
-	}
-	return false;
 }
 
 static void
