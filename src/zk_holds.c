@@ -91,6 +91,19 @@ typedef enum HoldScope
 	HOLD_ANY					/* of either scope */
 } HoldScope;
 
+/*
+ * A walk over the entries of one table, or of two one after the other.
+ * The entry just returned may be removed meanwhile, as dynahash allows, and
+ * no other; a walk left before its end must be stopped (walk_stop).
+ */
+typedef struct EntryWalk
+{
+	HTAB	   *tables[2];		/* in walking order; NULL for none */
+	int			next;			/* index in tables of the next to start */
+	bool		scanning;		/* status is a scan under way */
+	HASH_SEQ_STATUS status;
+} EntryWalk;
+
 static HTAB *holds = NULL;
 static HTAB *lost_holds = NULL;
 static int64 losses = 0;
@@ -189,6 +202,57 @@ modes_held(const LockEntry *entry, HoldScope scope)
 		(hold_count(&entry->modes[1], scope) > 0);
 }
 
+/* How many entries a table has; none before it is made. */
+static int64
+entry_count(HTAB *table)
+{
+	return table == NULL ? 0 : hash_get_num_entries(table);
+}
+
+static void
+walk_begin(EntryWalk *walk, HTAB *first, HTAB *second)
+{
+	walk->tables[0] = first;
+	walk->tables[1] = second;
+	walk->next = 0;
+	walk->scanning = false;
+}
+
+/* The next entry of a walk, or NULL at its end. */
+static LockEntry *
+walk_next(EntryWalk *walk)
+{
+	for (;;)
+	{
+		if (walk->scanning)
+		{
+			LockEntry  *entry = hash_seq_search(&walk->status);
+
+			if (entry != NULL)
+				return entry;
+			/* At its end, hash_seq_search has ended the scan itself. */
+			walk->scanning = false;
+		}
+		if (walk->next == lengthof(walk->tables))
+			return NULL;
+		/* A table is scanned as it is when its turn comes. */
+		if (entry_count(walk->tables[walk->next]) > 0)
+		{
+			hash_seq_init(&walk->status, walk->tables[walk->next]);
+			walk->scanning = true;
+		}
+		walk->next++;
+	}
+}
+
+static void
+walk_stop(EntryWalk *walk)
+{
+	if (walk->scanning)
+		hash_seq_term(&walk->status);
+	walk->scanning = false;
+}
+
 /*
  * Arm the session's lease for the earliest deadline among the live holds
  * granted under one, or disarm it.  Called when holds change; nothing is
@@ -197,7 +261,7 @@ modes_held(const LockEntry *entry, HoldScope scope)
 static void
 update_lease(bool leased_change)
 {
-	HASH_SEQ_STATUS status;
+	EntryWalk	walk;
 	LockEntry  *entry;
 	int64		earliest = 0;
 	int			length = 0;
@@ -205,24 +269,21 @@ update_lease(bool leased_change)
 
 	if (!lease_published && !leased_change)
 		return;
-	if (holds != NULL)
-	{
-		hash_seq_init(&status, holds);
-		while ((entry = hash_seq_search(&status)) != NULL)
-			for (m = 0; m < 2; m++)
-			{
-				HoldMode   *mode = &entry->modes[m];
+	walk_begin(&walk, holds, NULL);
+	while ((entry = walk_next(&walk)) != NULL)
+		for (m = 0; m < 2; m++)
+		{
+			HoldMode   *mode = &entry->modes[m];
 
-				if (mode->lease_until == 0 || mode->acquiring ||
-					hold_count(mode, HOLD_ANY) == 0)
-					continue;
-				if (earliest == 0 || mode->lease_until < earliest)
-				{
-					earliest = mode->lease_until;
-					length = mode->lease_ms;
-				}
+			if (mode->lease_until == 0 || mode->acquiring ||
+				hold_count(mode, HOLD_ANY) == 0)
+				continue;
+			if (earliest == 0 || mode->lease_until < earliest)
+			{
+				earliest = mode->lease_until;
+				length = mode->lease_ms;
 			}
-	}
+		}
 	if (earliest == 0)
 	{
 		if (lease_published)
@@ -395,17 +456,15 @@ add_hold(HoldMode *mode, bool xact)
 static bool
 any_held(HTAB *table, HoldScope scope)
 {
-	HASH_SEQ_STATUS status;
+	EntryWalk	walk;
 	LockEntry  *entry;
 
-	if (table == NULL || hash_get_num_entries(table) == 0)
-		return false;
-	hash_seq_init(&status, table);
-	while ((entry = hash_seq_search(&status)) != NULL)
+	walk_begin(&walk, table, NULL);
+	while ((entry = walk_next(&walk)) != NULL)
 	{
 		if (modes_held(entry, scope) > 0)
 		{
-			hash_seq_term(&status);
+			walk_stop(&walk);
 			return true;
 		}
 	}
@@ -459,31 +518,22 @@ show_entry(LockEntry *entry)
 	}
 }
 
-static void
-show_holds_in(HTAB *table)
-{
-	HASH_SEQ_STATUS status;
-	LockEntry  *entry;
-
-	if (table == NULL || hash_get_num_entries(table) == 0)
-		return;
-	hash_seq_init(&status, table);
-	while ((entry = hash_seq_search(&status)) != NULL)
-		show_entry(entry);
-}
-
 /* Show every hold, after a change to many. */
 static void
 show_holds(void)
 {
+	EntryWalk	walk;
+	LockEntry  *entry;
+
 	/* Else show_entry updates the lease for each entry shown. */
 	if (!zksh_enabled())
 	{
 		update_lease(false);
 		return;
 	}
-	show_holds_in(holds);
-	show_holds_in(lost_holds);
+	walk_begin(&walk, holds, lost_holds);
+	while ((entry = walk_next(&walk)) != NULL)
+		show_entry(entry);
 }
 
 /*
@@ -646,26 +696,20 @@ zkh_acquire(const char *parent, const char *name, bool shared, bool xact,
 void
 zkh_undo_hold(const char *parent, bool shared, bool xact)
 {
-	HTAB	   *tables[2] = {holds, lost_holds};
-	int			t;
+	HoldScope	scope = xact ? HOLD_XACT : HOLD_SESSION;
+	LockEntry  *entry = find_in(holds, parent);
 
-	for (t = 0; t < 2; t++)
+	/* The live hold if there is one, else a lost one. */
+	if (entry == NULL || hold_count(&entry->modes[shared], scope) == 0)
+		entry = find_in(lost_holds, parent);
+	if (entry != NULL && hold_count(&entry->modes[shared], scope) > 0)
 	{
-		LockEntry  *entry = find_in(tables[t], parent);
-		HoldMode   *mode;
-
-		if (entry == NULL)
-			continue;
-		mode = &entry->modes[shared];
-		if (hold_count(mode, xact ? HOLD_XACT : HOLD_SESSION) == 0)
-			continue;
 		if (xact)
-			mode->xact_count--;
+			entry->modes[shared].xact_count--;
 		else
-			mode->session_count--;
+			entry->modes[shared].session_count--;
 		if (settle(entry))
 			show_entry(entry);
-		break;
 	}
 	update_cancel_on_loss();
 	finish_releases(true);
@@ -707,16 +751,14 @@ zkh_release_session_hold(const char *parent, bool shared, const char *name)
 	return true;
 }
 
-static void
-release_all_session_holds_in(HTAB *table)
+void
+zkh_release_all_session_holds(void)
 {
-	HASH_SEQ_STATUS status;
+	EntryWalk	walk;
 	LockEntry  *entry;
 
-	if (table == NULL || hash_get_num_entries(table) == 0)
-		return;
-	hash_seq_init(&status, table);
-	while ((entry = hash_seq_search(&status)) != NULL)
+	walk_begin(&walk, lost_holds, holds);
+	while ((entry = walk_next(&walk)) != NULL)
 	{
 		if (entry->lost && modes_held(entry, HOLD_SESSION) > 0)
 			note_acknowledged(entry->name);
@@ -724,22 +766,9 @@ release_all_session_holds_in(HTAB *table)
 		entry->modes[1].session_count = 0;
 		settle(entry);
 	}
-}
-
-void
-zkh_release_all_session_holds(void)
-{
-	release_all_session_holds_in(lost_holds);
-	release_all_session_holds_in(holds);
 	show_holds();
 	finish_releases(true);
 	update_cancel_on_loss();
-}
-
-static bool
-is_empty(void)
-{
-	return holds == NULL || hash_get_num_entries(holds) == 0;
 }
 
 /* Move one live entry to the lost table, merging with an earlier loss. */
@@ -790,16 +819,16 @@ append_name(StringInfo names, const char *name)
 static void
 lose_session(bool warn)
 {
-	HASH_SEQ_STATUS status;
+	EntryWalk	walk;
 	LockEntry  *entry;
 	StringInfoData names;
 
 	zks_close();
-	if (is_empty())
+	if (entry_count(holds) == 0)
 		return;
 	initStringInfo(&names);
-	hash_seq_init(&status, holds);
-	while ((entry = hash_seq_search(&status)) != NULL)
+	walk_begin(&walk, holds, NULL);
+	while ((entry = walk_next(&walk)) != NULL)
 	{
 		if (modes_held(entry, HOLD_ANY) > 0)
 		{
@@ -824,13 +853,11 @@ lose_session(bool warn)
 static void
 append_lost_names(StringInfo names, HoldScope scope)
 {
-	HASH_SEQ_STATUS status;
+	EntryWalk	walk;
 	LockEntry  *entry;
 
-	if (lost_holds == NULL)
-		return;
-	hash_seq_init(&status, lost_holds);
-	while ((entry = hash_seq_search(&status)) != NULL)
+	walk_begin(&walk, lost_holds, NULL);
+	while ((entry = walk_next(&walk)) != NULL)
 		if (modes_held(entry, scope) > 0)
 			append_name(names, entry->name);
 }
@@ -986,14 +1013,12 @@ is_slot_of(const LockEntry *entry, const char *parent)
 static LockEntry *
 newest_session_slot(HTAB *table, const char *parent)
 {
-	HASH_SEQ_STATUS status;
+	EntryWalk	walk;
 	LockEntry  *entry;
 	LockEntry  *newest = NULL;
 
-	if (table == NULL)
-		return NULL;
-	hash_seq_init(&status, table);
-	while ((entry = hash_seq_search(&status)) != NULL)
+	walk_begin(&walk, table, NULL);
+	while ((entry = walk_next(&walk)) != NULL)
 		if (is_slot_of(entry, parent) && entry->modes[0].session_count > 0 &&
 			(newest == NULL ||
 			 entry->modes[0].node.czxid > newest->modes[0].node.czxid))
@@ -1045,14 +1070,12 @@ zkh_release_slot(const char *parent, const char *name)
 int64
 zkh_slot_token(const char *parent)
 {
-	HASH_SEQ_STATUS status;
+	EntryWalk	walk;
 	LockEntry  *entry;
 	int64		token = 0;
 
-	if (holds == NULL)
-		return 0;
-	hash_seq_init(&status, holds);
-	while ((entry = hash_seq_search(&status)) != NULL)
+	walk_begin(&walk, holds, NULL);
+	while ((entry = walk_next(&walk)) != NULL)
 		if (is_slot_of(entry, parent) && modes_held(entry, HOLD_ANY) > 0 &&
 			(token == 0 || entry->modes[0].node.czxid < token))
 			token = entry->modes[0].node.czxid;
@@ -1082,14 +1105,12 @@ zkh_owns_node(const char *parent, const char *child)
 int
 zkh_held_count(void)
 {
-	HASH_SEQ_STATUS status;
+	EntryWalk	walk;
 	LockEntry  *entry;
 	int			n = 0;
 
-	if (holds == NULL)
-		return 0;
-	hash_seq_init(&status, holds);
-	while ((entry = hash_seq_search(&status)) != NULL)
+	walk_begin(&walk, holds, NULL);
+	while ((entry = walk_next(&walk)) != NULL)
 		n += modes_held(entry, HOLD_ANY);
 	return n;
 }
@@ -1105,7 +1126,7 @@ zkh_check_session(void)
 {
 	if (!zks_is_open() || zks_is_lost() || zks_janitor_failed())
 		lose_session(true);
-	else if (zks_settings_changed() && is_empty())
+	else if (zks_settings_changed() && entry_count(holds) == 0)
 		zks_close();
 	if (cancel_on_loss_stale)
 	{
@@ -1121,8 +1142,7 @@ zkh_check_session(void)
 bool
 zkh_any(void)
 {
-	return !is_empty() ||
-		(lost_holds != NULL && hash_get_num_entries(lost_holds) > 0) ||
+	return entry_count(holds) > 0 || entry_count(lost_holds) > 0 ||
 		(acknowledged_in_xact != NULL && acknowledged_in_xact->len > 0);
 }
 
@@ -1133,14 +1153,12 @@ zkh_any(void)
 int
 zkh_unacknowledged_losses(void)
 {
-	HASH_SEQ_STATUS status;
+	EntryWalk	walk;
 	LockEntry  *entry;
 	int			n = 0;
 
-	if (lost_holds == NULL)
-		return 0;
-	hash_seq_init(&status, lost_holds);
-	while ((entry = hash_seq_search(&status)) != NULL)
+	walk_begin(&walk, lost_holds, NULL);
+	while ((entry = walk_next(&walk)) != NULL)
 		n += modes_held(entry, HOLD_SESSION);
 	return n;
 }
@@ -1159,50 +1177,39 @@ zkh_losses(void)
 int
 zkh_rows(ZkHoldRow **rows_out)
 {
-	HTAB	   *tables[2] = {holds, lost_holds};
-	int			capacity = 0;
+	int64		capacity = 4 * (entry_count(holds) + entry_count(lost_holds));
+	ZkHoldRow  *rows = palloc(Max(capacity, 1) * sizeof(ZkHoldRow));
 	int			n = 0;
-	int			t;
-	ZkHoldRow  *rows;
+	EntryWalk	walk;
+	LockEntry  *entry;
 
-	for (t = 0; t < 2; t++)
-		if (tables[t])
-			capacity += 4 * hash_get_num_entries(tables[t]);
-	rows = palloc(Max(capacity, 1) * sizeof(ZkHoldRow));
-	for (t = 0; t < 2; t++)
+	walk_begin(&walk, holds, lost_holds);
+	while ((entry = walk_next(&walk)) != NULL)
 	{
-		HASH_SEQ_STATUS status;
-		LockEntry  *entry;
+		int			m;
+		HoldScope	scope;
 
-		if (tables[t] == NULL)
-			continue;
-		hash_seq_init(&status, tables[t]);
-		while ((entry = hash_seq_search(&status)) != NULL)
+		for (m = 0; m < 2; m++)
 		{
-			int			m;
-			HoldScope	scope;
+			HoldMode   *mode = &entry->modes[m];
 
-			for (m = 0; m < 2; m++)
+			for (scope = HOLD_SESSION; scope <= HOLD_XACT; scope++)
 			{
-				HoldMode   *mode = &entry->modes[m];
+				int			count = hold_count(mode, scope);
 
-				for (scope = HOLD_SESSION; scope <= HOLD_XACT; scope++)
-				{
-					int			count = hold_count(mode, scope);
-
-					if (count == 0)
-						continue;
-					rows[n].name = entry->name;
-					rows[n].shared = m;
-					rows[n].semaphore = entry->semaphore;
-					rows[n].xact = scope == HOLD_XACT;
-					rows[n].count = count;
-					rows[n].lost = (t == 1);
-					rows[n].node = mode->node.path;
-					rows[n].token = t == 0 ? entry_token(entry) : mode->node.czxid;
-					rows[n].since = mode->since;
-					n++;
-				}
+				if (count == 0)
+					continue;
+				rows[n].name = entry->name;
+				rows[n].shared = m;
+				rows[n].semaphore = entry->semaphore;
+				rows[n].xact = scope == HOLD_XACT;
+				rows[n].count = count;
+				rows[n].lost = entry->lost;
+				rows[n].node = mode->node.path;
+				rows[n].token = entry->lost ? mode->node.czxid :
+					entry_token(entry);
+				rows[n].since = mode->since;
+				n++;
 			}
 		}
 	}
@@ -1239,11 +1246,11 @@ note_acknowledged(const char *name)
 static void
 confirm_holds(bool session_too)
 {
-	HASH_SEQ_STATUS status;
+	EntryWalk	walk;
 	LockEntry  *entry;
 	StringInfoData lost_names;
 
-	if (is_empty())
+	if (entry_count(holds) == 0)
 		return;
 	if (!zks_confirm_contact())
 	{
@@ -1259,8 +1266,8 @@ confirm_holds(bool session_too)
 	 * every hold is lost.
 	 */
 	initStringInfo(&lost_names);
-	hash_seq_init(&status, holds);
-	while ((entry = hash_seq_search(&status)) != NULL)
+	walk_begin(&walk, holds, NULL);
+	while ((entry = walk_next(&walk)) != NULL)
 	{
 		int			m;
 
@@ -1310,7 +1317,7 @@ zkh_check_commit(bool wrote, bool prepare)
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("cannot PREPARE a transaction that holds transaction-level zklocks"),
 				 errhint("Use session-level zklocks, released with zk_unlock(), around two-phase transactions.")));
-	if (any_held(holds, HOLD_XACT) || (session_too && !is_empty()))
+	if (any_held(holds, HOLD_XACT) || (session_too && entry_count(holds) > 0))
 		confirm_holds(session_too);
 	if (any_held(lost_holds, session_too ? HOLD_ANY : HOLD_XACT))
 		raise_loss(true, true, session_too);
@@ -1323,17 +1330,22 @@ zkh_check_commit(bool wrote, bool prepare)
 				 errhint("The transaction is rolled back.  Acknowledge a loss in a transaction of its own, then redo the work under a new lock.")));
 }
 
-/* End the transaction holds taken in subid, or in any subtransaction. */
+/*
+ * End the transaction holds taken in subid, or with all in any
+ * subtransaction.  By default the release waits (a bounded time) for
+ * ZooKeeper to confirm it, so that the lock is free for others when COMMIT
+ * or ROLLBACK returns; zklock.synchronous_release = off only sends it: the
+ * janitor sees it through, and this backend's next acquire is ordered
+ * after it.
+ */
 static void
-end_xact_holds_in(HTAB *table, SubTransactionId subid, bool all)
+end_xact_holds(SubTransactionId subid, bool all)
 {
-	HASH_SEQ_STATUS status;
+	EntryWalk	walk;
 	LockEntry  *entry;
 
-	if (table == NULL || hash_get_num_entries(table) == 0)
-		return;
-	hash_seq_init(&status, table);
-	while ((entry = hash_seq_search(&status)) != NULL)
+	walk_begin(&walk, lost_holds, holds);
+	while ((entry = walk_next(&walk)) != NULL)
 	{
 		bool		ended = false;
 		int			m;
@@ -1353,20 +1365,6 @@ end_xact_holds_in(HTAB *table, SubTransactionId subid, bool all)
 		if (ended)
 			settle(entry);
 	}
-}
-
-/*
- * End transaction holds.  By default the release waits (a bounded time)
- * for ZooKeeper to confirm it, so that the lock is free for others when
- * COMMIT or ROLLBACK returns; zklock.synchronous_release = off only sends
- * it: the janitor sees it through, and this backend's next acquire is
- * ordered after it.
- */
-static void
-end_xact_holds(SubTransactionId subid, bool all)
-{
-	end_xact_holds_in(lost_holds, subid, all);
-	end_xact_holds_in(holds, subid, all);
 	show_holds();
 	finish_releases(zklock_synchronous_release);
 	update_cancel_on_loss();
@@ -1405,17 +1403,15 @@ zkh_register_callbacks(void)
 	RegisterSubXactCallback(subxact_callback, NULL);
 }
 
+/* Pass the transaction holds of a committed subtransaction to its parent. */
 static void
-reassign_subxact(HTAB *table, SubTransactionId mySubid,
-				 SubTransactionId parentSubid)
+reassign_subxact(SubTransactionId mySubid, SubTransactionId parentSubid)
 {
-	HASH_SEQ_STATUS status;
+	EntryWalk	walk;
 	LockEntry  *entry;
 
-	if (table == NULL || hash_get_num_entries(table) == 0)
-		return;
-	hash_seq_init(&status, table);
-	while ((entry = hash_seq_search(&status)) != NULL)
+	walk_begin(&walk, holds, lost_holds);
+	while ((entry = walk_next(&walk)) != NULL)
 	{
 		int			m;
 		int			i;
@@ -1437,8 +1433,7 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 			end_xact_holds(mySubid, false);
 			break;
 		case SUBXACT_EVENT_COMMIT_SUB:
-			reassign_subxact(holds, mySubid, parentSubid);
-			reassign_subxact(lost_holds, mySubid, parentSubid);
+			reassign_subxact(mySubid, parentSubid);
 			break;
 		default:
 			break;
