@@ -471,6 +471,20 @@ any_held(HTAB *table, HoldScope scope)
 	return false;
 }
 
+/* How many modes of the entries of table have a hold at scope. */
+static int
+count_modes_held(HTAB *table, HoldScope scope)
+{
+	EntryWalk	walk;
+	LockEntry  *entry;
+	int			n = 0;
+
+	walk_begin(&walk, table, NULL);
+	while ((entry = walk_next(&walk)) != NULL)
+		n += modes_held(entry, scope);
+	return n;
+}
+
 /*
  * A loss cancels the running statement while a live hold guards commits:
  * any transaction-level one, or with zklock.fail_closed any at all.
@@ -615,6 +629,21 @@ settle(LockEntry *entry)
 	return false;
 }
 
+/* End one hold of a mode at scope: at transaction scope, the newest. */
+static void
+end_hold(LockEntry *entry, int m, HoldScope scope)
+{
+	HoldMode   *mode = &entry->modes[m];
+
+	Assert(scope != HOLD_ANY && hold_count(mode, scope) > 0);
+	if (scope == HOLD_XACT)
+		mode->xact_count--;
+	else
+		mode->session_count--;
+	if (settle(entry))
+		show_entry(entry);
+}
+
 /*
  * Wait for the nodes released to be gone, if the caller must.  If one could
  * not even be handed to the janitor (out of memory), end the session: that
@@ -703,14 +732,7 @@ zkh_undo_hold(const char *parent, bool shared, bool xact)
 	if (entry == NULL || hold_count(&entry->modes[shared], scope) == 0)
 		entry = find_in(lost_holds, parent);
 	if (entry != NULL && hold_count(&entry->modes[shared], scope) > 0)
-	{
-		if (xact)
-			entry->modes[shared].xact_count--;
-		else
-			entry->modes[shared].session_count--;
-		if (settle(entry))
-			show_entry(entry);
-	}
+		end_hold(entry, shared, scope);
 	update_cancel_on_loss();
 	finish_releases(true);
 }
@@ -725,9 +747,7 @@ zkh_release_session_hold(const char *parent, bool shared, const char *name)
 	if (entry && entry->modes[shared].session_count > 0)
 	{
 		note_acknowledged(name);
-		entry->modes[shared].session_count--;
-		if (settle(entry))
-			show_entry(entry);
+		end_hold(entry, shared, HOLD_SESSION);
 		ereport(WARNING,
 				(errmsg("zklock \"%s\" was lost with the ZooKeeper session and is not held",
 						name),
@@ -743,9 +763,7 @@ zkh_release_session_hold(const char *parent, bool shared, const char *name)
 						name, shared ? "shared" : "exclusive")));
 		return false;
 	}
-	entry->modes[shared].session_count--;
-	if (settle(entry))
-		show_entry(entry);
+	end_hold(entry, shared, HOLD_SESSION);
 	finish_releases(true);
 	update_cancel_on_loss();
 	return true;
@@ -1038,9 +1056,7 @@ zkh_release_slot(const char *parent, const char *name)
 	if (entry)
 	{
 		note_acknowledged(name);
-		entry->modes[0].session_count--;
-		if (settle(entry))
-			show_entry(entry);
+		end_hold(entry, 0, HOLD_SESSION);
 		ereport(WARNING,
 				(errmsg("zklock semaphore \"%s\" lost a slot with the ZooKeeper session",
 						name),
@@ -1055,9 +1071,7 @@ zkh_release_slot(const char *parent, const char *name)
 						name)));
 		return false;
 	}
-	entry->modes[0].session_count--;
-	if (settle(entry))
-		show_entry(entry);
+	end_hold(entry, 0, HOLD_SESSION);
 	finish_releases(true);
 	update_cancel_on_loss();
 	return true;
@@ -1105,14 +1119,7 @@ zkh_owns_node(const char *parent, const char *child)
 int
 zkh_held_count(void)
 {
-	EntryWalk	walk;
-	LockEntry  *entry;
-	int			n = 0;
-
-	walk_begin(&walk, holds, NULL);
-	while ((entry = walk_next(&walk)) != NULL)
-		n += modes_held(entry, HOLD_ANY);
-	return n;
+	return count_modes_held(holds, HOLD_ANY);
 }
 
 /*
@@ -1153,14 +1160,7 @@ zkh_any(void)
 int
 zkh_unacknowledged_losses(void)
 {
-	EntryWalk	walk;
-	LockEntry  *entry;
-	int			n = 0;
-
-	walk_begin(&walk, lost_holds, NULL);
-	while ((entry = walk_next(&walk)) != NULL)
-		n += modes_held(entry, HOLD_SESSION);
-	return n;
+	return count_modes_held(lost_holds, HOLD_SESSION);
 }
 
 /* How many holds were lost with a session, over this backend's life. */
