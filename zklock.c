@@ -11,11 +11,11 @@
  * Each has a _shared variant; a backend's holds of the two modes of a name
  * never conflict with each other, only with other clients'.
  *
- * This file reads arguments (zk_args.c), words the process title for a
- * wait (zk_title.c), counts acquisitions and waits (zk_shared.c), opens
- * the session when a call needs one, and asks the hold table (zk_holds.c)
- * for holds; the hold table runs the recipe (zk_recipe.c), which talks to
- * the session (zk_session.h).  CONTRIBUTING.md, Layout, draws the whole
+ * This file reads arguments (zk_args.c), counts acquisitions and waits
+ * (zk_shared.c), opens the session when a call needs one, and asks the
+ * hold table (zk_holds.c) for holds; the hold table shows the wait
+ * (zk_shared.c) and runs the recipe (zk_recipe.c), which talks to the
+ * session (zk_session.h).  CONTRIBUTING.md, Layout, draws the whole
  * structure.
  *
  * Rules that hold throughout:
@@ -50,7 +50,6 @@
 #include "zk_session.h"
 #include "zk_shared.h"
 #include "zk_text.h"
-#include "zk_title.h"
 
 PG_MODULE_MAGIC;
 
@@ -219,7 +218,6 @@ acquire_name(const char *parent, const char *name, LockMode mode, int slots,
 
 	zksh_show_session();
 	zks_open();
-	zkti_prepare(name, mode == MODE_SHARED, semaphore);
 	PG_TRY();
 	{
 		granted = wait_for_grant(parent, name, mode, slots, scope, timeout_ms);
@@ -228,7 +226,6 @@ acquire_name(const char *parent, const char *name, LockMode mode, int slots,
 	{
 		MemoryContextSwitchTo(context);
 		disable_timeout(LOCK_TIMEOUT, false);
-		zkti_done();
 		zksh_count(parent, semaphore, ZKSH_CANCELLATIONS, 1);
 
 		/*
@@ -247,7 +244,6 @@ acquire_name(const char *parent, const char *name, LockMode mode, int slots,
 	}
 	PG_END_TRY();
 
-	zkti_done();
 	if (granted)
 		zksh_count(parent, semaphore, ZKSH_ACQUISITIONS, 1);
 	return granted;

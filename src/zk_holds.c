@@ -686,7 +686,7 @@ zkh_acquire(const char *parent, const char *name, bool shared, bool xact,
 	PG_TRY();
 	{
 		reserve_subids(mode, mode->xact_count + 1);
-		zksh_wait_begin(parent, shared, false, xact);
+		zksh_wait_begin(parent, name, shared, false, xact);
 		result = zkr_acquire(parent, shared, 0,
 							 has_node(other) ? other->node.path : NULL,
 							 data, wait, deadline, &mode->node, waited);
@@ -971,7 +971,7 @@ zkh_acquire_slot(const char *parent, const char *name, int slots, bool xact,
 	volatile ZkrResult result = ZKR_BUSY;
 
 	ensure_tables();
-	zksh_wait_begin(parent, false, true, xact);
+	zksh_wait_begin(parent, name, false, true, xact);
 	PG_TRY();
 	{
 		result = zkr_acquire(parent, false, slots, NULL, data, wait, deadline,

@@ -62,7 +62,6 @@
 #include "zk_recipe.h"
 #include "zk_session.h"
 #include "zk_shared.h"
-#include "zk_title.h"
 
 /* Ancestors of a lock parent that we may have to create. */
 #define MAX_PATH_DEPTH		32
@@ -879,7 +878,6 @@ wait_in_queue(Acquisition *acq, bool wait)
 		{
 			/* A semaphore's first waiter: any holder's going frees a slot. */
 			acq->waited = true;
-			zkti_waiting();
 			zksh_wait_node(acq->node->path);
 			if (!watch_all(acq, watches, nwatch))
 				return false;
@@ -912,7 +910,6 @@ wait_in_queue(Acquisition *acq, bool wait)
 		 * in deadlock detection.
 		 */
 		acq->waited = true;
-		zkti_waiting();
 		if (acq->slots == 0)
 			start_deadlock_timer(acq);
 		zksh_wait_node(acq->node->path);

@@ -53,6 +53,7 @@
 #include "zk_layout.h"
 #include "zk_session.h"
 #include "zk_shared.h"
+#include "zk_title.h"
 
 /* Settings; their defaults are in zksh_define_settings. */
 static int	max_shown_holds;
@@ -475,12 +476,15 @@ zksh_drop_hold(int slot)
 }
 
 /*
- * This backend is about to acquire the lock under parent (which must stay
- * as it is until zksh_wait_end); nothing is shown until it waits.
+ * This backend is about to acquire the lock under parent, called name
+ * (both must stay as they are until zksh_wait_end); nothing is shown until
+ * it waits.
  */
 void
-zksh_wait_begin(const char *parent, bool shared, bool semaphore, bool xact)
+zksh_wait_begin(const char *parent, const char *name, bool shared,
+				bool semaphore, bool xact)
 {
+	zkti_prepare(name, shared, semaphore);
 	if (state == NULL)
 		return;
 	acquiring_parent = parent;
@@ -490,12 +494,16 @@ zksh_wait_begin(const char *parent, bool shared, bool semaphore, bool xact)
 	acquiring.node[0] = '\0';
 }
 
-/* Show that this backend waits, with this node, for the lock it acquires. */
+/*
+ * Show that this backend waits, with this node, for the lock it acquires:
+ * server-wide, and in its process title.
+ */
 void
 zksh_wait_node(const char *node)
 {
 	ZkshWait   *w;
 
+	zkti_waiting();
 	if (state == NULL || exited ||
 		(wait_shown && strcmp(acquiring.node, node) == 0))
 		return;
@@ -527,9 +535,11 @@ zksh_wait_node(const char *node)
 	LWLockRelease(state->lock);
 }
 
+/* Never raises an ERROR: it runs on the way out of one too. */
 void
 zksh_wait_end(void)
 {
+	zkti_done();
 	if (!wait_shown)
 		return;
 	LWLockAcquire(state->lock, LW_EXCLUSIVE);

@@ -3,7 +3,10 @@
  * zk_shared.h
  *	  What each backend shows the rest of its server in shared memory: its
  *	  zklock holds, its current wait, its session's state, and per-lock
- *	  statistics; and the backend's own counters.
+ *	  statistics; and the backend's own counters.  A wait is shown in the
+ *	  process title too (zk_title.c), by the same calls: zksh_wait_begin
+ *	  when a lock call starts, zksh_wait_node once it waits in the queue,
+ *	  zksh_wait_end however it ends.
  *
  *-------------------------------------------------------------------------
  */
@@ -101,8 +104,8 @@ extern void zksh_drop_hold(int slot);
 
 extern void zksh_show_session(void);
 
-extern void zksh_wait_begin(const char *parent, bool shared, bool semaphore,
-							bool xact);
+extern void zksh_wait_begin(const char *parent, const char *name, bool shared,
+							bool semaphore, bool xact);
 extern void zksh_wait_node(const char *node);
 extern void zksh_wait_end(void);
 

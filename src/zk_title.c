@@ -4,10 +4,11 @@
  *	  The process title of a backend that waits for a zklock.
  *
  * As for PostgreSQL's own locks, the title says "waiting for zklock ..."
- * only once the backend really waits: a lock call prepares the words
- * (zkti_prepare), the recipe shows them when it starts to wait in the queue
- * (zkti_waiting), and the call puts the title back however it ends
- * (zkti_done).  A call granted at once never touches the title.
+ * only once the backend really waits.  The wait shown server-wide drives
+ * it (zk_shared.c): a lock call prepares the words (zkti_prepare), they
+ * are shown when it starts to wait in the queue (zkti_waiting), and the
+ * title is put back however the call ends (zkti_done).  A call granted at
+ * once never touches the title.
  *
  *-------------------------------------------------------------------------
  */
