@@ -14,9 +14,9 @@
  * only, after which we list again, because the node may have been a waiter
  * that gave up rather than the holder.  The watcher sends that listing
  * itself, from the library's thread, so a handoff does not wait for the
- * backend to wake up before its read.  When the listing's sequence numbers
- * cannot order the queue (the server's counter wrapped), the czxid of each
- * contender is read too.
+ * backend to wake up before its read.  The queue reader (zk_queue_read.c)
+ * parses the listing, and, when its sequence numbers cannot order the
+ * queue (the server's counter wrapped), reads each contender's czxid too.
  *
  * A handoff without the listing.  An exclusive waiter with no other node on
  * the name, whose last listing showed only zklock-named contenders and
@@ -59,6 +59,7 @@
 #include "zk_deadlock.h"
 #include "zk_layout.h"
 #include "zk_queue.h"
+#include "zk_queue_read.h"
 #include "zk_recipe.h"
 #include "zk_session.h"
 #include "zk_shared.h"
@@ -86,8 +87,10 @@ typedef struct Acquisition
 	ZkRequest  *create;
 	ZkRequest  *list;
 	ZkRequest  *watch;
-	ZkRequest **stats;			/* read_czxids: one per contender, or NULL */
-	int			nstats;
+	ZkqrOptions read_options;	/* how decide reads the queue */
+	ZkqrQueue	queue;			/* what it read, while it decides */
+	ZkRequest **holder_watches; /* a semaphore's first waiter's, in flight */
+	int			nholder_watches;
 	ZkRequest  *path_creates[MAX_PATH_DEPTH];
 	int			npath_creates;
 	char	  **watched;		/* a semaphore's first waiter: its watches */
@@ -110,16 +113,16 @@ release_request(ZkRequest **req)
 }
 
 static void
-release_stats(Acquisition *acq)
+release_holder_watches(Acquisition *acq)
 {
 	int			i;
 
-	for (i = 0; i < acq->nstats; i++)
-		release_request(&acq->stats[i]);
-	if (acq->stats)
-		pfree(acq->stats);
-	acq->stats = NULL;
-	acq->nstats = 0;
+	for (i = 0; i < acq->nholder_watches; i++)
+		release_request(&acq->holder_watches[i]);
+	if (acq->holder_watches)
+		pfree(acq->holder_watches);
+	acq->holder_watches = NULL;
+	acq->nholder_watches = 0;
 }
 
 /* The waits of an acquisition: false, and timed_out, at the deadline. */
@@ -305,22 +308,6 @@ copy_path(char dest[ZKL_NODE_MAX], const char *path)
 	memcpy(dest, path, len + 1);
 }
 
-/* Read a child of our parent as a lock's or a semaphore's contender. */
-static ZknForm
-parse_child(Acquisition *acq, const char *child, ZknContender *contender)
-{
-	return acq->slots > 0 ? zkn_parse_slot(child, contender) :
-		zkn_parse_contender(child, contender);
-}
-
-/* Is this child a node of this attempt? */
-static bool
-is_ours(Acquisition *acq, const char *child)
-{
-	return acq->slots > 0 ? zkn_is_slot_of(child, acq->guid) :
-		zkn_is_node_of(child, acq->guid, acq->shared);
-}
-
 /*
  * The parent (a container, so the server reaps it once unused) or the root
  * above it is missing.  Create the root's components and the parent in one
@@ -392,11 +379,9 @@ find_own_node(Acquisition *acq)
 	for (i = 0; rc == ZOK && i < acq->list->nchildren && found[0] == '\0'; i++)
 	{
 		const char *child = acq->list->children[i];
-		ZknContender contender;
 
 		/* Any second node of ours is deleted as a stray when listed. */
-		if (is_ours(acq, child) &&
-			parse_child(acq, child, &contender) != ZKN_NOT_CONTENDER &&
+		if (zkqr_is_attempt_node(child, &acq->read_options) &&
 			strlen(acq->parent) + 1 + strlen(child) < sizeof(found))
 			snprintf(found, sizeof(found), "%s/%s", acq->parent, child);
 	}
@@ -493,101 +478,6 @@ report_node_gone(Acquisition *acq)
 			 errdetail("The ZooKeeper session was lost or another client deleted the node.")));
 }
 
-/*
- * Read the contenders of the listing into entries, deleting stray nodes of
- * this acquisition on the way, and leaving out the nodes this session is
- * deleting (zks_deleting).
- */
-static int
-parse_listing(Acquisition *acq, ZkqEntry *entries)
-{
-	int			n = 0;
-	int			i;
-
-	for (i = 0; i < acq->list->nchildren; i++)
-	{
-		const char *child = acq->list->children[i];
-		ZkqEntry   *e = &entries[n];
-
-		if (parse_child(acq, child, &e->contender) == ZKN_NOT_CONTENDER ||
-			zks_deleting(acq->parent, child))
-			continue;
-		if (is_ours(acq, child) &&
-			strcmp(child, zkl_basename(acq->node->path)) != 0)
-		{
-			char	   *stray = psprintf("%s/%s", acq->parent, child);
-
-			if (!zks_delete_later(stray))
-				ereport(ERROR,
-						(errcode(ERRCODE_OUT_OF_MEMORY),
-						 errmsg("out of memory")));
-			pfree(stray);
-			continue;
-		}
-		e->name = child;
-		e->czxid = 0;
-		n++;
-	}
-	return n;
-}
-
-typedef enum Reading
-{
-	READ_DONE,
-	READ_AGAIN,					/* the connection dropped: list again */
-	READ_TIMED_OUT
-} Reading;
-
-/*
- * Read the czxid of every contender but our own, in one pipeline, for a
- * queue whose sequence numbers cannot be trusted (zk_queue.c).  Contenders
- * gone meanwhile are dropped from entries.
- */
-static Reading
-read_czxids(Acquisition *acq, ZkqEntry *entries, int *n, int own)
-{
-	Reading		reading = READ_DONE;
-	int			kept = 0;
-	int			i;
-
-	acq->stats = palloc0(*n * sizeof(ZkRequest *));
-	acq->nstats = *n;
-	for (i = 0; i < *n; i++)
-	{
-		char	   *path;
-
-		if (i == own)
-			continue;
-		path = psprintf("%s/%s", acq->parent, entries[i].name);
-		acq->stats[i] = zks_exists(path);
-		pfree(path);
-	}
-	for (i = 0; i < *n && reading == READ_DONE; i++)
-	{
-		if (i != own && !await_reply(acq, acq->stats[i]))
-			reading = READ_TIMED_OUT;
-	}
-	for (i = 0; i < *n && reading == READ_DONE; i++)
-	{
-		ZkRequest  *req = acq->stats[i];
-
-		if (i == own)
-			entries[i].czxid = acq->node->czxid;
-		else if (req->rc == ZOK)
-			entries[i].czxid = req->stat.czxid;
-		else if (req->rc == ZNONODE)
-			continue;
-		else if (zks_is_retryable(req->rc))
-			reading = READ_AGAIN;
-		else
-			zks_report_error(req->rc, ZKS_CHECK, entries[i].name);
-		entries[kept++] = entries[i];
-	}
-	release_stats(acq);
-	*n = kept;
-	return reading;
-}
-
 /* Are all contenders named as zklock names them (zkn_has_zklock_form)? */
 static bool
 all_zklock_named(const ZkqEntry *entries, int n)
@@ -611,38 +501,33 @@ static bool
 decide(Acquisition *acq, ZkqVerdict *verdict, char ***watches, int *nwatch,
 	   bool *first_waiter)
 {
-	ZkqEntry   *entries = palloc(Max(acq->list->nchildren, 1) * sizeof(ZkqEntry));
-	const char *own_name = zkl_basename(acq->node->path);
-	int			n = parse_listing(acq, entries);
-	int			own = -1;
-	bool		by_czxid;
+	ZkqrQueue  *q = &acq->queue;
+	ZkqrStatus	reading = ZKQR_DONE;
 	int			i;
-	Reading		reading = READ_DONE;
 
-	for (i = 0; i < n; i++)
-		if (strcmp(entries[i].name, own_name) == 0)
-			own = i;
-	if (own < 0)
+	acq->read_options.own = zkl_basename(acq->node->path);
+	acq->read_options.own_czxid = acq->node->czxid;
+	zkqr_parse(q, acq->parent, acq->list, &acq->read_options);
+	if (q->own < 0)
 		report_node_gone(acq);
-	if (entries[own].contender.form != ZKN_SEQUENCED &&
-		entries[own].contender.form != ZKN_WRAPPED)
+	if (q->entries[q->own].contender.form != ZKN_SEQUENCED &&
+		q->entries[q->own].contender.form != ZKN_WRAPPED)
 		elog(ERROR, "zklock created a node with an unexpected name: \"%s\"",
 			 acq->node->path);
 
-	by_czxid = zkq_needs_czxid(entries, n,
-							   zkq_parent_creates(acq->list->stat.cversion,
-												  acq->list->stat.numChildren));
-	if (by_czxid)
-	{
-		reading = read_czxids(acq, entries, &n, own);
-		for (i = 0; i < n; i++)
-			if (strcmp(entries[i].name, own_name) == 0)
-				own = i;
-	}
+	/* Only a queue whose sequence numbers cannot order it costs reads. */
+	if (q->by_czxid)
+		reading = zkqr_read(q, &acq->read_options);
+	if (reading == ZKQR_FAILED && !zks_is_retryable(q->failed_rc))
+		zks_report_error(q->failed_rc, ZKS_CHECK, q->failed_name);
 	*nwatch = 0;
 	*first_waiter = false;
-	if (reading == READ_DONE)
+	if (reading == ZKQR_DONE)
 	{
+		const ZkqEntry *entries = q->entries;
+		int			n = q->n;
+		int			own = q->own;
+		bool		by_czxid = q->by_czxid;
 		int		   *watch = palloc(Max(n, 1) * sizeof(int));
 
 		if (acq->slots > 0)
@@ -672,10 +557,10 @@ decide(Acquisition *acq, ZkqVerdict *verdict, char ***watches, int *nwatch,
 			(*watches)[i] = psprintf("%s/%s", acq->parent, entries[watch[i]].name);
 		pfree(watch);
 	}
-	pfree(entries);
-	if (reading == READ_TIMED_OUT)
+	zkqr_release(q);
+	if (reading == ZKQR_UNFINISHED)
 		acq->timed_out = true;
-	return reading == READ_DONE;
+	return reading == ZKQR_DONE;
 }
 
 static void
@@ -722,17 +607,17 @@ watch_all(Acquisition *acq, char **watches, int nwatch)
 	/* Recorded first, so that an error while sending still takes all back. */
 	acq->watched = watches;
 	acq->nwatched = nwatch;
-	acq->stats = palloc0(nwatch * sizeof(ZkRequest *));
-	acq->nstats = nwatch;
+	acq->holder_watches = palloc0(nwatch * sizeof(ZkRequest *));
+	acq->nholder_watches = nwatch;
 	for (i = 0; i < nwatch; i++)
-		acq->stats[i] = zks_watch_data(watches[i]);
+		acq->holder_watches[i] = zks_watch_data(watches[i]);
 	for (i = 0; i < nwatch; i++)
 	{
 		int			rc;
 
-		if (!await_reply(acq, acq->stats[i]))
+		if (!await_reply(acq, acq->holder_watches[i]))
 			return false;
-		rc = acq->stats[i]->rc;
+		rc = acq->holder_watches[i]->rc;
 		if (rc == ZNONODE)
 			gone = true;
 		else if (zks_is_retryable(rc))
@@ -740,7 +625,7 @@ watch_all(Acquisition *acq, char **watches, int nwatch)
 		else if (rc != ZOK)
 			zks_report_error(rc, ZKS_WATCH, watches[i]);
 	}
-	release_stats(acq);
+	release_holder_watches(acq);
 	/* One went already, or the connection did: list again. */
 	if (disconnected)
 		return await_connected(acq);
@@ -1013,7 +898,8 @@ abandon(Acquisition *acq)
 	release_request(&acq->create);
 	release_request(&acq->list);
 	release_request(&acq->watch);
-	release_stats(acq);
+	zkqr_release(&acq->queue);
+	release_holder_watches(acq);
 	zks_cancel_listing();
 	unwatch_own(acq);
 	for (i = 0; i < acq->npath_creates; i++)
@@ -1057,6 +943,10 @@ zkr_acquire(const char *parent, bool shared, int slots,
 	acq->deadline = deadline;
 	acq->data = data;
 	acq->has_other = other_node != NULL;
+	acq->read_options.semaphore = slots > 0;
+	acq->read_options.attempt = acq->guid;
+	acq->read_options.shared = shared;
+	acq->read_options.deadline = deadline;
 	node->path[0] = '\0';
 	/* A second mode's node shares the holder part of the first's uuid. */
 	new_attempt(acq, other_node ? zkl_basename(other_node) + 3 : NULL);

@@ -1,0 +1,66 @@
+/*-------------------------------------------------------------------------
+ *
+ * zk_queue_read.h
+ *	  Reading a lock's or a semaphore's queue from ZooKeeper: the listing of
+ *	  its parent, parsed into the contenders the queue rules (zk_queue.h)
+ *	  take, and each contender's stat where the order needs it, in one
+ *	  pipeline.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ZK_QUEUE_READ_H
+#define ZK_QUEUE_READ_H
+
+#include "zk_queue.h"
+#include "zk_session.h"
+
+typedef struct ZkqrOptions
+{
+	bool		semaphore;		/* a semaphore's slots, not a lock's contenders */
+
+	/*
+	 * The caller's own attempt, in the recipe (NULL: none): its node own is
+	 * found as ZkqrQueue.own and never read (its czxid is own_czxid); any
+	 * other node of the attempt is a stray, given to the janitor and left
+	 * out.
+	 */
+	const char *attempt;		/* the attempt's uuid */
+	bool		shared;			/* and its mode */
+	const char *own;
+	int64		own_czxid;
+
+	TimestampTz deadline;		/* for every reply; 0: none */
+} ZkqrOptions;
+
+/*
+ * One queue as read.  It starts zeroed, owns its requests until
+ * zkqr_release, which the caller's error cleanup must call too, and is
+ * zeroed again by it.
+ */
+typedef struct ZkqrQueue
+{
+	const char *parent;
+	ZkqEntry   *entries;		/* the contenders, in listing order */
+	ZkRequest **reads;			/* entries[i]'s read, once read; own's NULL */
+	int			n;
+	int			own;			/* the index of options->own; -1: not listed */
+	bool		by_czxid;		/* ordered by czxid, so they are read */
+	int			failed_rc;		/* ZKQR_FAILED: ZooKeeper's answer ... */
+	const char *failed_name;	/* ... to this contender's read */
+} ZkqrQueue;
+
+typedef enum ZkqrStatus
+{
+	ZKQR_DONE,
+	ZKQR_UNFINISHED,			/* the deadline passed */
+	ZKQR_FAILED					/* a request failed: see failed_rc */
+} ZkqrStatus;
+
+extern void zkqr_parse(ZkqrQueue *q, const char *parent,
+					   const ZkRequest *list, const ZkqrOptions *options);
+extern ZkqrStatus zkqr_read(ZkqrQueue *q, const ZkqrOptions *options);
+extern bool zkqr_is_attempt_node(const char *child,
+								 const ZkqrOptions *options);
+extern void zkqr_release(ZkqrQueue *q);
+
+#endif							/* ZK_QUEUE_READ_H */
