@@ -60,8 +60,9 @@
  *
  * Every request made here is awaited with the checker's deadline; a check
  * that runs out of time has found nothing, and is done again later.  Each
- * queue is read once per pass, however many members wait in it; a graph of
- * more than ZKD_MAX_MEMBERS waiting sessions is not followed: nothing is read
+ * queue is read once per pass (zk_queue_read.c), however many members wait
+ * in it, and kept with its requests until the pass ends; a graph of more
+ * than ZKD_MAX_MEMBERS waiting sessions is not followed: nothing is read
  * beyond that size, the caller logs it once and checks again ever less
  * often.
  *
@@ -80,6 +81,7 @@
 #include "zk_deadlock.h"
 #include "zk_layout.h"
 #include "zk_queue.h"
+#include "zk_queue_read.h"
 #include "zk_session.h"
 #include "zk_shared.h"
 #include "zk_text.h"
@@ -127,19 +129,6 @@ typedef struct Blocker
 	int64		owner;
 } Blocker;
 
-/*
- * One lock's queue, read once per pass: its contenders and their owners.
- * Every contender's czxid is read, so it is ordered by czxid.
- */
-typedef struct Queue
-{
-	char	   *parent;
-	ZkqEntry   *entries;		/* names copied out of the listing */
-	int64	   *owners;
-	int			n;
-	bool		missing;		/* the parent is gone */
-} Queue;
-
 typedef enum Reading
 {
 	READ_OK,
@@ -166,7 +155,8 @@ typedef struct Search
 	int			nclosings;
 	int			closing;		/* the one confirmed: index into closings */
 	bool		too_large;		/* the graph outgrew ZKD_MAX_MEMBERS */
-	Queue	   *queues;			/* read so far in this pass */
+	ZkqrQueue  *queues;			/* read so far in this pass, with their
+								 * requests */
 	int			nqueues;
 	/* Requests in flight, released together, or by the error cleanup. */
 	ZkRequest **requests;
@@ -261,17 +251,17 @@ is_valid_wait(const Search *s, const ZknWait *wait)
 }
 
 /*
- * The queue under parent, read once per pass: the listing, then each
- * contender's czxid and owner, in one pipeline.  NULL if the reads did not
- * finish.
+ * The queue under parent, read once per pass (zk_queue_read.c): the
+ * listing, then each contender's stat, for its czxid and its owner (the
+ * ephemeralOwner), in one pipeline; so it is ordered by czxid.  NULL if
+ * the reads did not finish.
  */
-static Queue *
+static ZkqrQueue *
 read_queue(Search *s, const char *parent)
 {
-	Queue	   *q;
-	ZkRequest  *list;
-	ZkRequest **stats;
-	int			ncontenders = 0;
+	ZkqrOptions options = {0};
+	char	   *parent_copy;
+	ZkqrQueue  *q;
 	int			i;
 
 	for (i = 0; i < s->nqueues; i++)
@@ -279,52 +269,29 @@ read_queue(Search *s, const char *parent)
 			return &s->queues[i];
 
 	release_requests(s);
-	make_room(s);
-	list = track(s, zks_get_children(parent));
-	if (!await_all(s) || (list->rc != ZOK && list->rc != ZNONODE))
-		return NULL;
+	parent_copy = pstrdup(parent);
+	s->queues = s->queues == NULL ? palloc(sizeof(ZkqrQueue)) :
+		repalloc(s->queues, (s->nqueues + 1) * sizeof(ZkqrQueue));
+	/* Counted before anything is sent, so the error cleanup releases it. */
+	q = &s->queues[s->nqueues++];
+	memset(q, 0, sizeof(ZkqrQueue));
+	options.reads = ZKQR_STAT;
+	options.deadline = s->deadline;
+	options.stop_on_watch = true;
+	options.generation = s->generation;
+	if (zkqr_read_queue(q, parent_copy, &options) == ZKQR_DONE)
+		return q;
+	zkqr_release(q);
+	s->nqueues--;
+	return NULL;
+}
 
-	s->queues = s->queues == NULL ? palloc(sizeof(Queue)) :
-		repalloc(s->queues, (s->nqueues + 1) * sizeof(Queue));
-	q = &s->queues[s->nqueues];
-	q->parent = pstrdup(parent);
-	q->missing = list->rc == ZNONODE;
-	q->n = 0;
-	q->entries = palloc(Max(list->nchildren, 1) * sizeof(ZkqEntry));
-	q->owners = palloc(Max(list->nchildren, 1) * sizeof(int64));
-	stats = palloc(Max(list->nchildren, 1) * sizeof(ZkRequest *));
-	for (i = 0; i < list->nchildren; i++)
-	{
-		ZkqEntry   *e = &q->entries[ncontenders];
-		char	   *path;
-
-		if (zkn_parse_contender(list->children[i], &e->contender) ==
-			ZKN_NOT_CONTENDER)
-			continue;
-		e->name = pstrdup(list->children[i]);
-		path = psprintf("%s/%s", parent, e->name);
-		make_room(s);
-		stats[ncontenders++] = track(s, zks_exists(path));
-	}
-	if (!await_all(s))
-		return NULL;
-
-	/* Contenders gone since the listing are left out. */
-	for (i = 0; i < ncontenders; i++)
-	{
-		ZkRequest  *stat = stats[i];
-
-		if (stat->rc == ZNONODE)
-			continue;
-		if (stat->rc != ZOK)
-			return NULL;
-		q->entries[q->n] = q->entries[i];
-		q->entries[q->n].czxid = stat->stat.czxid;
-		q->owners[q->n++] = stat->stat.ephemeralOwner;
-	}
-	s->nqueues++;
-	release_requests(s);
-	return q;
+/* Let go of this pass's queues, to read them anew. */
+static void
+forget_queues(Search *s)
+{
+	while (s->nqueues > 0)
+		zkqr_release(&s->queues[--s->nqueues]);
 }
 
 /*
@@ -336,7 +303,7 @@ static Reading
 read_blockers(Search *s, const Member *m, Blocker **blockers, int *count)
 {
 	const ZknWait *wait = &m->wait;
-	Queue	   *q = read_queue(s, wait->parent);
+	ZkqrQueue  *q = read_queue(s, wait->parent);
 	int		   *indexes;
 	int			own = -1;
 	int			watch;
@@ -349,7 +316,7 @@ read_blockers(Search *s, const Member *m, Blocker **blockers, int *count)
 		if (strcmp(q->entries[i].name, wait->node) == 0)
 			own = i;
 	/* A wait published for another session's node is not a wait. */
-	if (own < 0 || q->owners[own] != m->session)
+	if (own < 0 || q->reads[own]->stat.ephemeralOwner != m->session)
 		return READ_NOT_WAITING;
 	switch (zkq_decide(q->entries, q->n, own, true, &watch))
 	{
@@ -373,7 +340,7 @@ read_blockers(Search *s, const Member *m, Blocker **blockers, int *count)
 	for (i = 0; i < n; i++)
 	{
 		(*blockers)[i].node = q->entries[indexes[i]].name;
-		(*blockers)[i].owner = q->owners[indexes[i]];
+		(*blockers)[i].owner = q->reads[indexes[i]]->stat.ephemeralOwner;
 	}
 	*count = n;
 	return READ_OK;
@@ -556,7 +523,7 @@ confirm_cycle(Search *s)
 	int			m;
 
 	/* Every queue is read anew. */
-	s->nqueues = 0;
+	forget_queues(s);
 	release_requests(s);
 	for (m = closing->member, i = 0; m > 0; m = s->members[m].waited_for_by, i++)
 	{
@@ -744,7 +711,7 @@ search(Search *s)
 
 		s->nmembers = 1;
 		s->nclosings = 0;
-		s->nqueues = 0;
+		forget_queues(s);
 		found = find_cycles(s);
 
 		/*
@@ -818,6 +785,7 @@ zkd_check(const char *parent, const char *node_path, const char *identity,
 	}
 	PG_FINALLY();
 	{
+		forget_queues(s);
 		release_requests(s);
 		MemoryContextSwitchTo(old_context);
 		MemoryContextDelete(check_context);

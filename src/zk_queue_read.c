@@ -2,15 +2,17 @@
  *
  * zk_queue_read.c
  *	  The reader of a lock's or a semaphore's queue, for the recipe
- *	  (zk_recipe.c).
+ *	  (zk_recipe.c) and deadlock detection (zk_deadlock.c).
  *
- * A queue is read in up to two steps.  The listing of the parent is parsed
- * into contenders (zkqr_parse): children that are not contenders are left
- * out, and so are the nodes this session is deleting and strays of the
- * caller's own attempt (a create applied after its reply was lost), which
- * are deleted.  Then, where the order needs them (zkq_needs_czxid), every
- * contender's stat is read, in one pipeline (zkqr_read); a contender gone
- * since the listing is left out.
+ * A queue is read in up to two steps.  The listing of the parent is
+ * parsed into contenders (zkqr_parse): children that are not contenders
+ * are left out, and so, as asked, are the nodes this session is deleting
+ * and strays of the caller's own attempt (a create applied after its reply
+ * was lost), which are deleted.  Then, where the order needs them
+ * (zkq_needs_czxid) or the caller wants them, every contender's stat is
+ * read, in one pipeline (zkqr_read); a contender gone since the listing is
+ * left out.  zkqr_read_queue does both, sending the listing itself; a
+ * missing parent is then an empty queue.
  *
  * The recipe lists in ways of its own (behind its create, or from the
  * watcher's thread) and looks at its listing's answer itself, so it calls
@@ -25,6 +27,15 @@
 #include "postgres.h"
 
 #include "zk_queue_read.h"
+
+/* False at the deadline, or once the watch fired if that stops the read. */
+static bool
+await_reply(ZkRequest *req, const ZkqrOptions *options)
+{
+	return zks_await(req, options->deadline) &&
+		(!options->stop_on_watch ||
+		 zks_watch_generation() == options->generation);
+}
 
 /* Read child as a lock's or a semaphore's contender. */
 static ZknForm
@@ -100,21 +111,22 @@ zkqr_parse(ZkqrQueue *q, const char *parent, const ZkRequest *list,
 		{
 			if (strcmp(child, options->own) != 0)
 			{
-				if (!zks_deleting(parent, child))
+				if (!(options->skip_deleting && zks_deleting(parent, child)))
 					delete_stray(parent, child);
 				continue;
 			}
 			q->own = q->n;
 		}
-		else if (zks_deleting(parent, child))
+		else if (options->skip_deleting && zks_deleting(parent, child))
 			continue;
 		e->name = child;
 		e->czxid = 0;
 		q->n++;
 	}
-	q->by_czxid = zkq_needs_czxid(q->entries, q->n,
-								  zkq_parent_creates(list->stat.cversion,
-													 list->stat.numChildren));
+	q->by_czxid = options->reads != ZKQR_STAT_IF_UNORDERED ||
+		zkq_needs_czxid(q->entries, q->n,
+						zkq_parent_creates(list->stat.cversion,
+										   list->stat.numChildren));
 }
 
 /*
@@ -143,7 +155,7 @@ zkqr_read(ZkqrQueue *q, const ZkqrOptions *options)
 	}
 	for (i = 0; i < q->n; i++)
 	{
-		if (q->reads[i] && !zks_await(q->reads[i], options->deadline))
+		if (q->reads[i] && !await_reply(q->reads[i], options))
 			return ZKQR_UNFINISHED;
 	}
 
@@ -175,6 +187,33 @@ zkqr_read(ZkqrQueue *q, const ZkqrOptions *options)
 	return status;
 }
 
+/*
+ * List parent and read its queue into q, as options say.  A parent that
+ * is gone is a queue with no one in it.
+ */
+ZkqrStatus
+zkqr_read_queue(ZkqrQueue *q, const char *parent, const ZkqrOptions *options)
+{
+	ZkqrStatus	status = ZKQR_DONE;
+
+	q->parent = parent;
+	q->own = -1;
+	q->list = zks_get_children(parent);
+	if (!await_reply(q->list, options))
+		return ZKQR_UNFINISHED;
+	if (q->list->rc == ZNONODE)
+		return ZKQR_DONE;
+	if (q->list->rc != ZOK)
+	{
+		q->failed_rc = q->list->rc;
+		return ZKQR_FAILED;
+	}
+	zkqr_parse(q, parent, q->list, options);
+	if (q->by_czxid)
+		status = zkqr_read(q, options);
+	return status;
+}
+
 /* Release every request of the queue, free what it holds, and zero it. */
 void
 zkqr_release(ZkqrQueue *q)
@@ -187,6 +226,8 @@ zkqr_release(ZkqrQueue *q)
 			zks_release_request(q->reads[i]);
 		pfree(q->reads);
 	}
+	if (q->list)
+		zks_release_request(q->list);
 	if (q->entries)
 		pfree(q->entries);
 	memset(q, 0, sizeof(ZkqrQueue));

@@ -3,8 +3,7 @@
  * zk_queue_read.h
  *	  Reading a lock's or a semaphore's queue from ZooKeeper: the listing of
  *	  its parent, parsed into the contenders the queue rules (zk_queue.h)
- *	  take, and each contender's stat where the order needs it, in one
- *	  pipeline.
+ *	  take, and each contender's stat where asked, in one pipeline.
  *
  *-------------------------------------------------------------------------
  */
@@ -14,9 +13,18 @@
 #include "zk_queue.h"
 #include "zk_session.h"
 
+/* What is read of each contender after the listing. */
+typedef enum ZkqrReads
+{
+	ZKQR_STAT_IF_UNORDERED,		/* its stat, only if sequence numbers cannot
+								 * order the queue (zkq_needs_czxid) */
+	ZKQR_STAT					/* its stat: czxid and ephemeralOwner */
+} ZkqrReads;
+
 typedef struct ZkqrOptions
 {
 	bool		semaphore;		/* a semaphore's slots, not a lock's contenders */
+	ZkqrReads	reads;
 
 	/*
 	 * The caller's own attempt, in the recipe (NULL: none): its node own is
@@ -29,7 +37,10 @@ typedef struct ZkqrOptions
 	const char *own;
 	int64		own_czxid;
 
+	bool		skip_deleting;	/* leave out nodes this session is deleting */
 	TimestampTz deadline;		/* for every reply; 0: none */
+	bool		stop_on_watch;	/* stop once the watch of generation fires */
+	uint64		generation;
 } ZkqrOptions;
 
 /*
@@ -40,22 +51,26 @@ typedef struct ZkqrOptions
 typedef struct ZkqrQueue
 {
 	const char *parent;
+	ZkRequest  *list;			/* the listing, if zkqr_read_queue sent it */
 	ZkqEntry   *entries;		/* the contenders, in listing order */
 	ZkRequest **reads;			/* entries[i]'s read, once read; own's NULL */
 	int			n;
 	int			own;			/* the index of options->own; -1: not listed */
 	bool		by_czxid;		/* ordered by czxid, so they are read */
 	int			failed_rc;		/* ZKQR_FAILED: ZooKeeper's answer ... */
-	const char *failed_name;	/* ... to this contender's read */
+	const char *failed_name;	/* ... to this contender's read; NULL: to
+								 * the listing */
 } ZkqrQueue;
 
 typedef enum ZkqrStatus
 {
 	ZKQR_DONE,
-	ZKQR_UNFINISHED,			/* the deadline passed */
+	ZKQR_UNFINISHED,			/* the deadline passed, or the watch fired */
 	ZKQR_FAILED					/* a request failed: see failed_rc */
 } ZkqrStatus;
 
+extern ZkqrStatus zkqr_read_queue(ZkqrQueue *q, const char *parent,
+								  const ZkqrOptions *options);
 extern void zkqr_parse(ZkqrQueue *q, const char *parent,
 					   const ZkRequest *list, const ZkqrOptions *options);
 extern ZkqrStatus zkqr_read(ZkqrQueue *q, const ZkqrOptions *options);

@@ -944,8 +944,10 @@ zkr_acquire(const char *parent, bool shared, int slots,
 	acq->data = data;
 	acq->has_other = other_node != NULL;
 	acq->read_options.semaphore = slots > 0;
+	acq->read_options.reads = ZKQR_STAT_IF_UNORDERED;
 	acq->read_options.attempt = acq->guid;
 	acq->read_options.shared = shared;
+	acq->read_options.skip_deleting = true;
 	acq->read_options.deadline = deadline;
 	node->path[0] = '\0';
 	/* A second mode's node shares the holder part of the first's uuid. */
