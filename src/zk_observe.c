@@ -1,13 +1,17 @@
 /*-------------------------------------------------------------------------
  *
  * zk_observe.c
- *	  SQL functions that show who holds what: this backend's locks
- *	  (zk_locks), the whole queue of a lock across every client of the
- *	  ensemble (zk_lock_contenders), and this backend's session and counters
- *	  (zk_status).
+ *	  SQL functions that show who holds what: the locks of this backend and
+ *	  of the server (zk_locks), the whole queue of a lock or a semaphore
+ *	  across every client of the ensemble (zk_lock_contenders,
+ *	  zk_semaphore_contenders), whom a waiting backend waits for
+ *	  (zk_blockers), every backend's session (zk_sessions), this backend's
+ *	  session and counters (zk_status), and the statistics per lock name
+ *	  (zk_stat_locks and its bounds; zk_stat_locks_reset empties them).
  *
- * They only read.  zk_lock_contenders asks ZooKeeper, so it opens the
- * session if need be; the others look at this backend alone.
+ * Those that show a queue read it from ZooKeeper with the queue reader
+ * (zk_queue_read.c), so they open the session if need be; the others look
+ * at this backend and shared memory alone.
  *
  *-------------------------------------------------------------------------
  */
@@ -24,7 +28,7 @@
 #include "zk_deadlock.h"
 #include "zk_holds.h"
 #include "zk_layout.h"
-#include "zk_queue.h"
+#include "zk_queue_read.h"
 #include "zk_session.h"
 #include "zk_shared.h"
 #include "zk_text.h"
@@ -186,103 +190,34 @@ client_of(const char *name, bool is_zklock)
 	return is_zklock ? "zklock" : zkn_peer_of(name);
 }
 
+/*
+ * The queue of one lock or semaphore, as zk_lock_contenders and zk_blockers
+ * show it (zk_queue_read.c): its contenders, each one's data and stat read
+ * in one pipeline, in queue order.  A contender gone since the listing,
+ * or whose read failed, is left out.  On an ERROR the caller releases the
+ * queue.
+ */
 static void
-await_or_error(ZkRequest *req, TimestampTz deadline)
+read_queue(const char *parent, bool semaphore, TimestampTz deadline,
+		   ZkqrQueue *q)
 {
-	if (!zks_await(req, deadline))
+	ZkqrOptions options = {0};
+	ZkqrStatus	status;
+
+	options.semaphore = semaphore;
+	options.reads = ZKQR_DATA;
+	options.drop_unreadable = true;
+	options.order = true;
+	options.deadline = deadline;
+	status = zkqr_read_queue(q, parent, &options);
+	if (status == ZKQR_UNFINISHED)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("ZooKeeper did not answer within %d ms",
 						zklock_connect_timeout)));
-}
-
-/*
- * The queue of one lock, as read for zk_lock_contenders: the listing, its
- * contenders and a read of each node's data and stat.  entries[i] goes with
- * reads[i]; order lists the positions in queue order.
- */
-typedef struct Queue
-{
-	ZkRequest  *list;
-	ZkqEntry   *entries;
-	ZkRequest **reads;
-	int		   *order;
-	bool	   *holds;
-	int			n;
-} Queue;
-
-static void
-release_queue(Queue *q)
-{
-	int			i;
-
-	for (i = 0; i < q->n; i++)
-		zks_release_request(q->reads[i]);
-	q->n = 0;
-	zks_release_request(q->list);
-	q->list = NULL;
-}
-
-/*
- * List the contenders under parent and read every one's data and stat in
- * one pipeline; order them as the queue rules do.  A contender gone since
- * the listing is left out.  On an ERROR the caller releases the queue.
- */
-static void
-read_queue(const char *parent, bool semaphore, TimestampTz deadline, Queue *q)
-{
-	int			nchildren;
-	int			kept = 0;
-	int			i;
-
-	q->list = zks_get_children(parent);
-	await_or_error(q->list, deadline);
-	if (q->list->rc == ZNONODE)
-		return;
-	if (q->list->rc != ZOK)
-		zks_report_error(q->list->rc, ZKS_LIST, parent);
-
-	nchildren = Max(q->list->nchildren, 1);
-	q->entries = palloc0(nchildren * sizeof(ZkqEntry));
-	q->reads = palloc0(nchildren * sizeof(ZkRequest *));
-	q->order = palloc(nchildren * sizeof(int));
-	q->holds = palloc(nchildren * sizeof(bool));
-	for (i = 0; i < q->list->nchildren; i++)
-	{
-		const char *child = q->list->children[i];
-		ZkqEntry   *e = &q->entries[q->n];
-		char	   *path;
-
-		if ((semaphore ? zkn_parse_slot(child, &e->contender) :
-			 zkn_parse_contender(child, &e->contender)) == ZKN_NOT_CONTENDER)
-			continue;
-		e->name = child;
-		path = psprintf("%s/%s", parent, child);
-		q->reads[q->n++] = zks_get_data(path);
-		pfree(path);
-	}
-	for (i = 0; i < q->n; i++)
-		await_or_error(q->reads[i], deadline);
-
-	for (i = 0; i < q->n; i++)
-	{
-		if (q->reads[i]->rc != ZOK)
-		{
-			zks_release_request(q->reads[i]);
-			continue;
-		}
-		q->entries[kept] = q->entries[i];
-		q->entries[kept].czxid = q->reads[i]->stat.czxid;
-		q->reads[kept] = q->reads[i];
-		kept++;
-	}
-	q->n = kept;
-	if (!(semaphore ? zkq_slot_describe : zkq_describe) (q->entries, q->n,
-														 true,
-														 q->order, q->holds))
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
+	/* Every read that failed was left out: only the listing can fail. */
+	if (status == ZKQR_FAILED)
+		zks_report_error(q->failed_rc, ZKS_LIST, parent);
 }
 
 /*
@@ -291,7 +226,7 @@ read_queue(const char *parent, bool semaphore, TimestampTz deadline, Queue *q)
  * raw data, in *shown either way.
  */
 static bool
-identify(const Queue *q, int i, ZknIdentity *id, Datum *shown)
+identify(const ZkqrQueue *q, int i, ZknIdentity *id, Datum *shown)
 {
 	const ZkqEntry *e = &q->entries[i];
 	const ZkRequest *read = q->reads[i];
@@ -313,7 +248,7 @@ identify(const Queue *q, int i, ZknIdentity *id, Datum *shown)
 
 /* One row of zk_lock_contenders: the contender at index i of the queue. */
 static void
-put_contender(ReturnSetInfo *rsinfo, const char *parent, const Queue *q,
+put_contender(ReturnSetInfo *rsinfo, const char *parent, const ZkqrQueue *q,
 			  int i, int position)
 {
 	const ZkqEntry *e = &q->entries[i];
@@ -331,7 +266,7 @@ put_contender(ReturnSetInfo *rsinfo, const char *parent, const Queue *q,
 							 (e->contender.slots == 0 &&
 							  zkh_owns_node(parent, e->name)));
 	values[4] = CStringGetTextDatum(client_of(e->name, is_zklock));
-	values[6] = Int64GetDatum(q->reads[i]->stat.czxid);
+	values[6] = Int64GetDatum(e->czxid);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
@@ -348,7 +283,7 @@ contenders(FunctionCallInfo fcinfo, bool semaphore)
 	char		parent[ZKL_PARENT_MAX];
 	char	   *name;
 	TimestampTz deadline;
-	Queue		q = {0};
+	ZkqrQueue	q = {0};
 
 	if (semaphore)
 		zka_semaphore_parent(fcinfo, 0, parent, &name);
@@ -370,7 +305,7 @@ contenders(FunctionCallInfo fcinfo, bool semaphore)
 	}
 	PG_FINALLY();
 	{
-		release_queue(&q);
+		zkqr_release(&q);
 	}
 	PG_END_TRY();
 }
@@ -415,7 +350,7 @@ zk_blockers(PG_FUNCTION_ARGS)
 	ZkshWait	wait;
 	char	   *parent;
 	TimestampTz deadline;
-	Queue		q = {0};
+	ZkqrQueue	q = {0};
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -479,7 +414,7 @@ zk_blockers(PG_FUNCTION_ARGS)
 	}
 	PG_FINALLY();
 	{
-		release_queue(&q);
+		zkqr_release(&q);
 	}
 	PG_END_TRY();
 	PG_RETURN_VOID();

@@ -1,18 +1,20 @@
 /*-------------------------------------------------------------------------
  *
  * zk_queue_read.c
- *	  The reader of a lock's or a semaphore's queue, for the recipe
- *	  (zk_recipe.c) and deadlock detection (zk_deadlock.c).
+ *	  The one reader of a lock's or a semaphore's queue, for the recipe
+ *	  (zk_recipe.c), deadlock detection (zk_deadlock.c) and the views
+ *	  (zk_observe.c).
  *
- * A queue is read in up to two steps.  The listing of the parent is
+ * A queue is read in up to three steps.  The listing of the parent is
  * parsed into contenders (zkqr_parse): children that are not contenders
  * are left out, and so, as asked, are the nodes this session is deleting
  * and strays of the caller's own attempt (a create applied after its reply
  * was lost), which are deleted.  Then, where the order needs them
- * (zkq_needs_czxid) or the caller wants them, every contender's stat is
- * read, in one pipeline (zkqr_read); a contender gone since the listing is
- * left out.  zkqr_read_queue does both, sending the listing itself; a
- * missing parent is then an empty queue.
+ * (zkq_needs_czxid) or the caller wants them, every contender's stat or
+ * data is read, in one pipeline (zkqr_read); a contender gone since the
+ * listing is left out.  Last, if asked, the queue is ordered as the queue
+ * rules describe it.  zkqr_read_queue does all three, sending the listing
+ * itself; a missing parent is then an empty queue.
  *
  * The recipe lists in ways of its own (behind its create, or from the
  * watcher's thread) and looks at its listing's answer itself, so it calls
@@ -130,9 +132,10 @@ zkqr_parse(ZkqrQueue *q, const char *parent, const ZkRequest *list,
 }
 
 /*
- * Read every parsed contender's stat in one pipeline, all but our own
- * node, whose czxid the caller knows; set each one's czxid.  A contender
- * gone meanwhile is left out; the first read that failed otherwise is
+ * Read every parsed contender's stat, or its data, in one pipeline, all
+ * but our own node, whose czxid the caller knows; set each one's czxid.
+ * A contender gone meanwhile is left out, and so, with drop_unreadable,
+ * is one whose read failed otherwise; else the first such failure is
  * returned.
  */
 ZkqrStatus
@@ -150,7 +153,8 @@ zkqr_read(ZkqrQueue *q, const ZkqrOptions *options)
 		if (i == q->own)
 			continue;
 		path = psprintf("%s/%s", q->parent, q->entries[i].name);
-		q->reads[i] = zks_exists(path);
+		q->reads[i] = options->reads == ZKQR_DATA ? zks_get_data(path) :
+			zks_exists(path);
 		pfree(path);
 	}
 	for (i = 0; i < q->n; i++)
@@ -167,7 +171,7 @@ zkqr_read(ZkqrQueue *q, const ZkqrOptions *options)
 			q->entries[i].czxid = options->own_czxid;
 		else if (read->rc == ZOK)
 			q->entries[i].czxid = read->stat.czxid;
-		else if (read->rc == ZNONODE)
+		else if (read->rc == ZNONODE || options->drop_unreadable)
 		{
 			zks_release_request(read);
 			continue;
@@ -185,6 +189,26 @@ zkqr_read(ZkqrQueue *q, const ZkqrOptions *options)
 	}
 	q->n = kept;
 	return status;
+}
+
+/* Fill in q->order and q->holds, as the queue rules describe the queue. */
+static void
+order_queue(ZkqrQueue *q, const ZkqrOptions *options)
+{
+	bool		described;
+
+	q->order = palloc(Max(q->n, 1) * sizeof(int));
+	q->holds = palloc(Max(q->n, 1) * sizeof(bool));
+	if (options->semaphore)
+		described = zkq_slot_describe(q->entries, q->n, q->by_czxid, q->order,
+									  q->holds);
+	else
+		described = zkq_describe(q->entries, q->n, q->by_czxid, q->order,
+								 q->holds);
+	if (!described)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
 }
 
 /*
@@ -211,6 +235,8 @@ zkqr_read_queue(ZkqrQueue *q, const char *parent, const ZkqrOptions *options)
 	zkqr_parse(q, parent, q->list, options);
 	if (q->by_czxid)
 		status = zkqr_read(q, options);
+	if (status == ZKQR_DONE && options->order)
+		order_queue(q, options);
 	return status;
 }
 
@@ -230,5 +256,9 @@ zkqr_release(ZkqrQueue *q)
 		zks_release_request(q->list);
 	if (q->entries)
 		pfree(q->entries);
+	if (q->order)
+		pfree(q->order);
+	if (q->holds)
+		pfree(q->holds);
 	memset(q, 0, sizeof(ZkqrQueue));
 }

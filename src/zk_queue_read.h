@@ -3,7 +3,7 @@
  * zk_queue_read.h
  *	  Reading a lock's or a semaphore's queue from ZooKeeper: the listing of
  *	  its parent, parsed into the contenders the queue rules (zk_queue.h)
- *	  take, and each contender's stat where asked, in one pipeline.
+ *	  take, and each contender's stat or data where asked, in one pipeline.
  *
  *-------------------------------------------------------------------------
  */
@@ -18,7 +18,8 @@ typedef enum ZkqrReads
 {
 	ZKQR_STAT_IF_UNORDERED,		/* its stat, only if sequence numbers cannot
 								 * order the queue (zkq_needs_czxid) */
-	ZKQR_STAT					/* its stat: czxid and ephemeralOwner */
+	ZKQR_STAT,					/* its stat: czxid and ephemeralOwner */
+	ZKQR_DATA					/* its data, and its stat */
 } ZkqrReads;
 
 typedef struct ZkqrOptions
@@ -38,6 +39,9 @@ typedef struct ZkqrOptions
 	int64		own_czxid;
 
 	bool		skip_deleting;	/* leave out nodes this session is deleting */
+	bool		drop_unreadable;	/* leave out contenders whose read failed,
+									 * not only those gone */
+	bool		order;			/* fill in ZkqrQueue.order and .holds */
 	TimestampTz deadline;		/* for every reply; 0: none */
 	bool		stop_on_watch;	/* stop once the watch of generation fires */
 	uint64		generation;
@@ -57,6 +61,9 @@ typedef struct ZkqrQueue
 	int			n;
 	int			own;			/* the index of options->own; -1: not listed */
 	bool		by_czxid;		/* ordered by czxid, so they are read */
+	int		   *order;			/* with options->order: the indexes in
+								 * queue order */
+	bool	   *holds;			/* ... and which contenders hold */
 	int			failed_rc;		/* ZKQR_FAILED: ZooKeeper's answer ... */
 	const char *failed_name;	/* ... to this contender's read; NULL: to
 								 * the listing */
