@@ -44,7 +44,7 @@
  * deleted when seen.
  *
  * Every way out other than being granted hands the node to the janitor in
- * zk_session.c, which deletes it even across a reconnect, and waits a
+ * zk_janitor.c, which deletes it even across a reconnect, and waits a
  * bounded time for that to be done.  A sweep by uuid covers a create whose
  * reply never came.
  *
