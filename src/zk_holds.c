@@ -30,7 +30,10 @@
  * while a lost session-level hold is remembered no transaction that wrote
  * commits, unless zklock.fail_closed is off.  Ending a lost hold (unlock,
  * unlock_all, semaphore release, transaction end) just forgets it: for a
- * session-level hold that is how the job acknowledges the loss.
+ * session-level hold that is how the job acknowledges the loss.  A
+ * multi-lock giving back the holds it took itself (zkh_undo_hold) does not
+ * acknowledge: no work ran under them, and earlier holds on the name stay
+ * counted.
  *
  *-------------------------------------------------------------------------
  */
@@ -83,18 +86,23 @@ typedef struct LockEntry
 	HoldMode	modes[2];		/* indexed by shared */
 } LockEntry;
 
-/* Which holds of a mode a count is of. */
-typedef enum HoldScope
+/*
+ * Which holds of a mode a count is of.  Counts never go below zero, so "a
+ * hold at HOLD_ANY" is "a hold at HOLD_SESSION or at HOLD_XACT".
+ */
+typedef enum CountScope
 {
 	HOLD_SESSION,
 	HOLD_XACT,
 	HOLD_ANY					/* of either scope */
-} HoldScope;
+} CountScope;
 
 /*
  * A walk over the entries of one table, or of two one after the other.
  * The entry just returned may be removed meanwhile, as dynahash allows, and
- * no other; a walk left before its end must be stopped (walk_stop).
+ * no other; nothing may be entered into a table being walked, but a nested
+ * walk that only reads is fine (update_lease, from remove_entry, does one).
+ * A walk left before its end must be stopped (walk_stop).
  */
 typedef struct EntryWalk
 {
@@ -188,7 +196,7 @@ zkh_define_settings(void)
 
 /* How many holds a mode has at scope. */
 static int
-hold_count(const HoldMode *mode, HoldScope scope)
+hold_count(const HoldMode *mode, CountScope scope)
 {
 	return (scope != HOLD_XACT ? mode->session_count : 0) +
 		(scope != HOLD_SESSION ? mode->xact_count : 0);
@@ -196,7 +204,7 @@ hold_count(const HoldMode *mode, HoldScope scope)
 
 /* How many of an entry's modes have a hold at scope. */
 static int
-modes_held(const LockEntry *entry, HoldScope scope)
+modes_held(const LockEntry *entry, CountScope scope)
 {
 	return (hold_count(&entry->modes[0], scope) > 0) +
 		(hold_count(&entry->modes[1], scope) > 0);
@@ -364,6 +372,7 @@ enter(HTAB *table, const char *key, const char *name)
 
 		entry->name = name_copy;
 		entry->semaphore = false;
+		Assert(table == holds || table == lost_holds);
 		entry->lost = table == lost_holds;
 		for (m = 0; m < 2; m++)
 		{
@@ -454,7 +463,7 @@ add_hold(HoldMode *mode, bool xact)
 
 /* Has any entry of table a hold at scope? */
 static bool
-any_held(HTAB *table, HoldScope scope)
+any_held(HTAB *table, CountScope scope)
 {
 	EntryWalk	walk;
 	LockEntry  *entry;
@@ -473,7 +482,7 @@ any_held(HTAB *table, HoldScope scope)
 
 /* How many modes of the entries of table have a hold at scope. */
 static int
-count_modes_held(HTAB *table, HoldScope scope)
+count_modes_held(HTAB *table, CountScope scope)
 {
 	EntryWalk	walk;
 	LockEntry  *entry;
@@ -631,7 +640,7 @@ settle(LockEntry *entry)
 
 /* End one hold of a mode at scope: at transaction scope, the newest. */
 static void
-end_hold(LockEntry *entry, int m, HoldScope scope)
+end_hold(LockEntry *entry, int m, CountScope scope)
 {
 	HoldMode   *mode = &entry->modes[m];
 
@@ -725,10 +734,13 @@ zkh_acquire(const char *parent, const char *name, bool shared, bool xact,
 void
 zkh_undo_hold(const char *parent, bool shared, bool xact)
 {
-	HoldScope	scope = xact ? HOLD_XACT : HOLD_SESSION;
+	CountScope	scope = xact ? HOLD_XACT : HOLD_SESSION;
 	LockEntry  *entry = find_in(holds, parent);
 
-	/* The live hold if there is one, else a lost one. */
+	/*
+	 * The live hold if there is one, else a lost one: a name lost before and
+	 * taken again by this call must keep its unacknowledged lost hold.
+	 */
 	if (entry == NULL || hold_count(&entry->modes[shared], scope) == 0)
 		entry = find_in(lost_holds, parent);
 	if (entry != NULL && hold_count(&entry->modes[shared], scope) > 0)
@@ -869,7 +881,7 @@ lose_session(bool warn)
 
 /* Names of the lost holds still remembered at scope, for messages. */
 static void
-append_lost_names(StringInfo names, HoldScope scope)
+append_lost_names(StringInfo names, CountScope scope)
 {
 	EntryWalk	walk;
 	LockEntry  *entry;
@@ -1187,12 +1199,13 @@ zkh_rows(ZkHoldRow **rows_out)
 	while ((entry = walk_next(&walk)) != NULL)
 	{
 		int			m;
-		HoldScope	scope;
+		CountScope	scope;
 
 		for (m = 0; m < 2; m++)
 		{
 			HoldMode   *mode = &entry->modes[m];
 
+			/* The two scopes a hold is taken at, not HOLD_ANY. */
 			for (scope = HOLD_SESSION; scope <= HOLD_XACT; scope++)
 			{
 				int			count = hold_count(mode, scope);
