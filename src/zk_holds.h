@@ -3,7 +3,8 @@
  * zk_holds.h
  *	  The backend's table of held zklocks and semaphore slots, with session
  *	  and transaction hold counts; its transaction callbacks end
- *	  transaction holds, and it decides what a lost session means.
+ *	  transaction holds (zk_holds.c).  What a lost session means for them,
+ *	  and what may commit then, is decided in zk_fail_closed.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -29,13 +30,9 @@ typedef struct ZkHoldRow
 	TimestampTz since;
 } ZkHoldRow;
 
+/* zk_holds.c: the table */
 extern void zkh_define_settings(void);
 extern void zkh_register_callbacks(void);
-extern void zkh_check_session(void);
-extern void zkh_check_commit(bool wrote, bool prepare);
-pg_noreturn extern void zkh_raise_loss_cancel(void);
-extern bool zkh_any(void);
-extern int	zkh_unacknowledged_losses(void);
 extern bool zkh_add_if_held(const char *parent, bool shared, bool xact);
 extern ZkrResult zkh_acquire(const char *parent, const char *name,
 							 bool shared, bool xact, const char *data,
@@ -54,6 +51,13 @@ extern int64 zkh_token(const char *parent);
 extern bool zkh_owns_node(const char *parent, const char *child);
 extern int	zkh_rows(ZkHoldRow **rows);
 extern int	zkh_held_count(void);
+
+/* zk_fail_closed.c: what a loss does to it */
+extern void zkh_check_session(void);
+extern void zkh_check_commit(bool wrote, bool prepare);
+pg_noreturn extern void zkh_raise_loss_cancel(void);
+extern bool zkh_any(void);
+extern int	zkh_unacknowledged_losses(void);
 extern int64 zkh_losses(void);
 
 #endif							/* ZK_HOLDS_H */

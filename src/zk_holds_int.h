@@ -1,0 +1,131 @@
+/*-------------------------------------------------------------------------
+ *
+ * zk_holds_int.h
+ *	  What the hold table's two files share, and nothing else includes:
+ *	  the table's entries and the walks over them (zk_holds.c), and what a
+ *	  lost session and a lease do to them (zk_fail_closed.c).  Both make
+ *	  the public API, zk_holds.h, and both run on the backend's thread only.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ZK_HOLDS_INT_H
+#define ZK_HOLDS_INT_H
+
+#include "access/xact.h"
+#include "utils/hsearch.h"
+
+#include "zk_holds.h"
+#include "zk_layout.h"
+
+typedef struct HoldMode
+{
+	bool		acquiring;		/* zkh_acquire is filling the node in */
+	int			session_count;
+	int			xact_count;
+	SubTransactionId *xact_subids;	/* subtransaction of each xact hold */
+	int			xact_alloc;
+	TimestampTz since;			/* when the node was granted */
+	int64		lease_until;	/* zks_monotonic_ms deadline; 0 for none */
+	int			lease_ms;		/* the lease it came from, for messages */
+	uint64		verified_at;	/* zks_connection_count when last known ours */
+	int			shown;			/* slot showing it server-wide (zk_shared.c) */
+	/* Last, so that a new entry clears the rest without the long path. */
+	ZkLockNode	node;			/* path[0] is '\0' when there is none */
+} HoldMode;
+
+/*
+ * A lock name this backend holds, or one slot of a semaphore: each slot is
+ * a node of its own, and so an entry of its own, keyed by that node's path
+ * and using modes[0] only.
+ */
+typedef struct LockEntry
+{
+	char		key[ZKL_NODE_MAX];	/* hash key: the lock's parent path, or
+									 * the slot's node path */
+	char	   *name;			/* the lock name, for messages */
+	bool		semaphore;		/* a slot */
+	bool		lost;			/* in zkht_lost, not zkht_live */
+	HoldMode	modes[2];		/* indexed by shared */
+} LockEntry;
+
+/*
+ * Which holds of a mode a count is of.  Counts never go below zero, so "a
+ * hold at HOLD_ANY" is "a hold at HOLD_SESSION or at HOLD_XACT".
+ */
+typedef enum CountScope
+{
+	HOLD_SESSION,
+	HOLD_XACT,
+	HOLD_ANY					/* of either scope */
+} CountScope;
+
+/*
+ * A walk over the entries of one table, or of two one after the other.
+ * The entry just returned may be removed meanwhile, as dynahash allows, and
+ * no other; nothing may be entered into a table being walked, but a nested
+ * walk that only reads is fine (zkfc_update_lease, from zkht_remove_entry,
+ * does one).  A walk left before its end must be stopped (zkht_walk_stop).
+ */
+typedef struct EntryWalk
+{
+	HTAB	   *tables[2];		/* in walking order; NULL for none */
+	int			next;			/* index in tables of the next to start */
+	bool		scanning;		/* status is a scan under way */
+	HASH_SEQ_STATUS status;
+} EntryWalk;
+
+/* The live holds and the lost ones (zk_holds.c); NULL until first needed. */
+extern HTAB *zkht_live;
+extern HTAB *zkht_lost;
+
+/* How many holds a mode has at scope. */
+static inline int
+hold_count(const HoldMode *mode, CountScope scope)
+{
+	return (scope != HOLD_XACT ? mode->session_count : 0) +
+		(scope != HOLD_SESSION ? mode->xact_count : 0);
+}
+
+/* How many of an entry's modes have a hold at scope. */
+static inline int
+modes_held(const LockEntry *entry, CountScope scope)
+{
+	return (hold_count(&entry->modes[0], scope) > 0) +
+		(hold_count(&entry->modes[1], scope) > 0);
+}
+
+/* How many entries a table has; none before it is made. */
+static inline int64
+entry_count(HTAB *table)
+{
+	return table == NULL ? 0 : hash_get_num_entries(table);
+}
+
+static inline bool
+has_node(const HoldMode *mode)
+{
+	return mode->node.path[0] != '\0';
+}
+
+/* zk_holds.c */
+extern void zkht_walk_begin(EntryWalk *walk, HTAB *first, HTAB *second);
+extern LockEntry *zkht_walk_next(EntryWalk *walk);
+extern void zkht_walk_stop(EntryWalk *walk);
+extern LockEntry *zkht_enter(HTAB *table, const char *key, const char *name);
+extern void zkht_remove_entry(LockEntry *entry);
+extern void zkht_reserve_subids(HoldMode *mode, int needed);
+extern bool zkht_settle(LockEntry *entry);
+extern void zkht_show_holds(void);
+extern bool zkht_any_held(HTAB *table, CountScope scope);
+extern int	zkht_count_modes_held(HTAB *table, CountScope scope);
+
+/* zk_fail_closed.c */
+extern void zkfc_define_settings(void);
+extern void zkfc_take_lease(HoldMode *mode, bool fresh);
+extern void zkfc_update_lease(bool leased_change);
+extern void zkfc_hold_added(bool xact);
+extern void zkfc_update_cancel_on_loss(void);
+extern void zkfc_note_acknowledged(const char *name);
+extern void zkfc_xact_ended(void);
+
+#endif							/* ZK_HOLDS_INT_H */
