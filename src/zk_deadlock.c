@@ -61,10 +61,11 @@
  * Every request made here is awaited with the checker's deadline; a check
  * that runs out of time has found nothing, and is done again later.  Each
  * queue is read once per pass (zk_queue_read.c), however many members wait
- * in it, and kept with its requests until the pass ends; a graph of more
- * than ZKD_MAX_MEMBERS waiting sessions is not followed: nothing is read
- * beyond that size, the caller logs it once and checks again ever less
- * often.
+ * in it, and kept with its requests (its listing and a stat per contender,
+ * a few hundred bytes each) until the next pass or the confirmation of a
+ * cycle starts, or the check ends.  A graph of more than ZKD_MAX_MEMBERS
+ * waiting sessions is not followed: nothing is read beyond that size, the
+ * caller logs it once and checks again ever less often.
  *
  *-------------------------------------------------------------------------
  */
@@ -125,7 +126,8 @@ typedef struct Member
 /* A contender that a waiting node waits for, and whose session owns it. */
 typedef struct Blocker
 {
-	const char *node;
+	const char *node;			/* in its queue's listing: valid until the
+								 * queues are forgotten */
 	int64		owner;
 } Blocker;
 
@@ -254,7 +256,7 @@ is_valid_wait(const Search *s, const ZknWait *wait)
  * The queue under parent, read once per pass (zk_queue_read.c): the
  * listing, then each contender's stat, for its czxid and its owner (the
  * ephemeralOwner), in one pipeline; so it is ordered by czxid.  NULL if
- * the reads did not finish.
+ * the reads did not finish, or the listing or a read failed.
  */
 static ZkqrQueue *
 read_queue(Search *s, const char *parent)

@@ -9,12 +9,13 @@
  * parsed into contenders (zkqr_parse): children that are not contenders
  * are left out, and so, as asked, are the nodes this session is deleting
  * and strays of the caller's own attempt (a create applied after its reply
- * was lost), which are deleted.  Then, where the order needs them
- * (zkq_needs_czxid) or the caller wants them, every contender's stat or
- * data is read, in one pipeline (zkqr_read); a contender gone since the
- * listing is left out.  Last, if asked, the queue is ordered as the queue
- * rules describe it.  zkqr_read_queue does all three, sending the listing
- * itself; a missing parent is then an empty queue.
+ * was lost), which are handed to the janitor.  Then, where the order needs
+ * them (zkq_needs_czxid) or the caller wants them, every contender's stat
+ * or data is read, in one pipeline (zkqr_read_contenders); a contender gone
+ * since the listing is left out.  Last, if asked, the queue is ordered as
+ * the queue rules describe it.  zkqr_read_queue does all three, sending
+ * the listing itself; a missing parent is then an empty queue, whose order
+ * and holds stay NULL.
  *
  * The recipe lists in ways of its own (behind its create, or from the
  * watcher's thread) and looks at its listing's answer itself, so it calls
@@ -92,6 +93,8 @@ zkqr_parse(ZkqrQueue *q, const char *parent, const ZkRequest *list,
 {
 	int			i;
 
+	Assert(!options->attempt || options->own);
+	Assert(q->entries == NULL && q->reads == NULL);
 	q->parent = parent;
 	q->entries = palloc(Max(list->nchildren, 1) * sizeof(ZkqEntry));
 	q->n = 0;
@@ -105,9 +108,10 @@ zkqr_parse(ZkqrQueue *q, const char *parent, const ZkRequest *list,
 			continue;
 
 		/*
-		 * Our own node first: an attempt's nodes are given up only after its
-		 * last look at the queue, so it is never one this session is
-		 * deleting, and the uncontended cycle asks the janitor nothing.
+		 * Our own node first: the caller gives an attempt's nodes up only
+		 * after its last look at the queue (see ZkqrOptions.own), so it is
+		 * never one this session is deleting, and the uncontended cycle asks
+		 * the janitor nothing.
 		 */
 		if (options->attempt && is_of_attempt(child, options))
 		{
@@ -117,6 +121,7 @@ zkqr_parse(ZkqrQueue *q, const char *parent, const ZkRequest *list,
 					delete_stray(parent, child);
 				continue;
 			}
+			Assert(!(options->skip_deleting && zks_deleting(parent, child)));
 			q->own = q->n;
 		}
 		else if (options->skip_deleting && zks_deleting(parent, child))
@@ -139,7 +144,7 @@ zkqr_parse(ZkqrQueue *q, const char *parent, const ZkRequest *list,
  * returned.
  */
 ZkqrStatus
-zkqr_read(ZkqrQueue *q, const ZkqrOptions *options)
+zkqr_read_contenders(ZkqrQueue *q, const ZkqrOptions *options)
 {
 	ZkqrStatus	status = ZKQR_DONE;
 	int			kept = 0;
@@ -167,7 +172,7 @@ zkqr_read(ZkqrQueue *q, const ZkqrOptions *options)
 	{
 		ZkRequest  *read = q->reads[i];
 
-		if (read == NULL)
+		if (i == q->own)
 			q->entries[i].czxid = options->own_czxid;
 		else if (read->rc == ZOK)
 			q->entries[i].czxid = read->stat.czxid;
@@ -234,7 +239,7 @@ zkqr_read_queue(ZkqrQueue *q, const char *parent, const ZkqrOptions *options)
 	}
 	zkqr_parse(q, parent, q->list, options);
 	if (q->by_czxid)
-		status = zkqr_read(q, options);
+		status = zkqr_read_contenders(q, options);
 	if (status == ZKQR_DONE && options->order)
 		order_queue(q, options);
 	return status;

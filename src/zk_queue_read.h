@@ -31,7 +31,8 @@ typedef struct ZkqrOptions
 	 * The caller's own attempt, in the recipe (NULL: none): its node own is
 	 * found as ZkqrQueue.own and never read (its czxid is own_czxid); any
 	 * other node of the attempt is a stray, given to the janitor and left
-	 * out.
+	 * out.  The caller promises to give own up only after its last read of
+	 * the queue, so own is never a node this session is deleting.
 	 */
 	const char *attempt;		/* the attempt's uuid */
 	bool		shared;			/* and its mode */
@@ -80,7 +81,7 @@ extern ZkqrStatus zkqr_read_queue(ZkqrQueue *q, const char *parent,
 								  const ZkqrOptions *options);
 extern void zkqr_parse(ZkqrQueue *q, const char *parent,
 					   const ZkRequest *list, const ZkqrOptions *options);
-extern ZkqrStatus zkqr_read(ZkqrQueue *q, const ZkqrOptions *options);
+extern ZkqrStatus zkqr_read_contenders(ZkqrQueue *q, const ZkqrOptions *options);
 extern bool zkqr_is_attempt_node(const char *child,
 								 const ZkqrOptions *options);
 extern void zkqr_release(ZkqrQueue *q);

@@ -517,7 +517,7 @@ decide(Acquisition *acq, ZkqVerdict *verdict, char ***watches, int *nwatch,
 
 	/* Only a queue whose sequence numbers cannot order it costs reads. */
 	if (q->by_czxid)
-		reading = zkqr_read(q, &acq->read_options);
+		reading = zkqr_read_contenders(q, &acq->read_options);
 	if (reading == ZKQR_FAILED && !zks_is_retryable(q->failed_rc))
 		zks_report_error(q->failed_rc, ZKS_CHECK, q->failed_name);
 	*nwatch = 0;
@@ -770,7 +770,11 @@ wait_in_queue(Acquisition *acq, bool wait)
 		}
 		if (verdict == ZKQ_REQUEUE)
 		{
-			/* Our old node goes the way of any given up; a new attempt. */
+			/*
+			 * Our old node goes the way of any given up; a new attempt, with
+			 * a new uuid, so the queue reader never takes the old node for
+			 * ours (ZkqrOptions.own).
+			 */
 			acq->waited = true;
 			acq->deadlock_check_at = 0;
 			unwatch_own(acq);
