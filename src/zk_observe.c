@@ -468,21 +468,31 @@ zk_stat_locks(PG_FUNCTION_ARGS)
 	for (i = 0; i < n; i++)
 	{
 		int64	   *c = stats[i].counters;
-		Datum		values[12];
-		bool		nulls[12] = {0};
+		Datum		values[1 + ZKSH_NCOUNTERS];
+		bool		nulls[1 + ZKSH_NCOUNTERS] = {0};
+		int			column = 0;
+		int			counter;
+		int			nbuckets;
 
-		values[0] = zkt_shown_name(stats[i].name);
-		values[1] = Int64GetDatum(c[ZKSH_ACQUISITIONS]);
-		values[2] = Int64GetDatum(c[ZKSH_WAITS]);
-		values[3] = Float8GetDatum(c[ZKSH_WAIT_TIME_US] / 1000.0);
-		values[4] = Int64GetDatum(c[ZKSH_TIMEOUTS]);
-		values[5] = Int64GetDatum(c[ZKSH_CANCELLATIONS]);
-		values[6] = Int64GetDatum(c[ZKSH_DEADLOCKS]);
-		values[7] = Int64GetDatum(c[ZKSH_LOSSES]);
-		values[8] = cumulative_buckets(&c[ZKSH_WAIT_BUCKET], ZKSH_WAIT_BUCKETS);
-		values[9] = Int64GetDatum(c[ZKSH_RELEASES]);
-		values[10] = Float8GetDatum(c[ZKSH_HOLD_TIME_US] / 1000.0);
-		values[11] = cumulative_buckets(&c[ZKSH_HOLD_BUCKET], ZKSH_HOLD_BUCKETS);
+		values[column++] = zkt_shown_name(stats[i].name);
+		for (counter = 0; counter < ZKSH_NCOUNTERS; counter += nbuckets)
+		{
+			switch (zksh_shown_as(counter, &nbuckets))
+			{
+				case ZKSH_AS_COUNT:
+					values[column++] = Int64GetDatum(c[counter]);
+					break;
+				case ZKSH_AS_MS:
+					values[column++] = Float8GetDatum(c[counter] / 1000.0);
+					break;
+				case ZKSH_AS_HISTOGRAM:
+					values[column++] = cumulative_buckets(&c[counter], nbuckets);
+					break;
+			}
+		}
+		if (column != rsinfo->setDesc->natts)
+			elog(ERROR, "zk_stat_locks returns %d columns, not %d",
+				 rsinfo->setDesc->natts, column);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	PG_RETURN_VOID();
