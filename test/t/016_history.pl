@@ -15,8 +15,10 @@
 # handoffs must have been granted by the predecessor's deletion alone
 # (zk_recipe.c), so that rule is among what the history proves.
 #
-# ZKLOCK_HISTORY_SECONDS sets the length of the run (default 60): the
-# faults repeat, in turn, until the last 12 seconds, which are quiet.
+# ZKLOCK_HISTORY_SECONDS sets the length of the run (default 70): the
+# faults repeat, in turn, until the last 12 seconds, which are quiet.  One
+# round of every kind takes about 41 s, so the default leaves room for it
+# and a little more.
 # ZKLOCK_HISTORY_FAIL_CLOSED=off runs it with zklock.fail_closed off, which
 # lets session-level holds commit after a loss: the checker must then fail.
 use strict;
@@ -30,7 +32,7 @@ use Test::More;
 use Time::HiRes qw(clock_gettime CLOCK_MONOTONIC sleep);
 use ZkTest;
 
-my $seconds = $ENV{ZKLOCK_HISTORY_SECONDS} // 60;
+my $seconds = $ENV{ZKLOCK_HISTORY_SECONDS} // 70;
 my $quiet_seconds = 12;
 my $session_timeout = 6;
 my $root = '/zklock_t016';
