@@ -13,7 +13,7 @@
  *
  * This file reads arguments (zk_args.c), counts acquisitions and waits
  * (zk_shared.c), opens the session when a call needs one, and asks the
- * hold table (zk_holds.c) for holds; the hold table shows the wait
+ * hold table (zk_holds.h) for holds; the hold table shows the wait
  * (zk_shared.c) and runs the recipe (zk_recipe.c), which talks to the
  * session (zk_session.h).  CONTRIBUTING.md, Layout, draws the whole
  * structure.

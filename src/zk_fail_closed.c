@@ -17,15 +17,16 @@
  * acknowledge: no work ran under them, and earlier holds on the name stay
  * counted.
  *
- * A lease (zklock.lease) gives a hold a deadline: the session is given up
- * when the earliest one passes (zks_set_lease), and every hold is lost as
+ * A lease (zklock.lease, armed by zk_holds.c) ends the same way: the
+ * session is given up when a hold outlives it, and every hold is lost as
  * above.
+ *
+ * zk_holds.c calls in here whenever the table changes, and this file
+ * works on the table through it (zk_holds_int.h).
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
-
-#include <limits.h>
 
 #include "lib/stringinfo.h"
 #include "utils/guc.h"
@@ -67,24 +68,16 @@ static StringInfo acknowledged_in_xact = NULL;
 /* Whether a lost session-level hold keeps writing transactions from committing. */
 static bool zklock_fail_closed;
 
-/*
- * How long a hold may last, in ms, from its grant (0: for ever).  Past it,
- * the session is given up as if it were lost (zks_set_lease).
- */
-static int	zklock_lease;
-
-/* Whether the session has a lease armed for one of our holds. */
-static bool lease_published = false;
-
 /* zklock.fail_closed changed: whether a loss cancels may have too. */
 static bool cancel_on_loss_stale = false;
+
 static void
 fail_closed_assigned(bool newval, void *extra)
 {
 	cancel_on_loss_stale = true;
 }
 
-/* The settings of failing closed: zklock.fail_closed, zklock.lease. */
+/* The setting of failing closed, zklock.fail_closed. */
 void
 zkfc_define_settings(void)
 {
@@ -96,78 +89,6 @@ zkfc_define_settings(void)
 							 PGC_SUSET,
 							 0,
 							 NULL, fail_closed_assigned, NULL);
-	DefineCustomIntVariable("zklock.lease",
-							"Sets how long a zklock may be held before zklock gives it up by itself.",
-							"Counted from each grant; applies to the locks and slots granted while it is set.  When a hold outlives it, the backend's ZooKeeper session is given up as if it were lost: every lock it holds is released and fails closed.  0 means no lease.",
-							&zklock_lease,
-							0, 0, INT_MAX,
-							PGC_USERSET,
-							GUC_UNIT_MS,
-							NULL, NULL, NULL);
-}
-
-/*
- * Arm the session's lease for the earliest deadline among the live holds
- * granted under one, or disarm it.  Called when holds change; nothing is
- * done when no lease is armed and the change brought none.
- */
-void
-zkfc_update_lease(bool leased_change)
-{
-	EntryWalk	walk;
-	LockEntry  *entry;
-	int64		earliest = 0;
-	int			length = 0;
-	int			m;
-
-	if (!lease_published && !leased_change)
-		return;
-	zkht_walk_begin(&walk, zkht_live, NULL);
-	while ((entry = zkht_walk_next(&walk)) != NULL)
-		for (m = 0; m < 2; m++)
-		{
-			HoldMode   *mode = &entry->modes[m];
-
-			if (mode->lease_until == 0 || mode->acquiring ||
-				hold_count(mode, HOLD_ANY) == 0)
-				continue;
-			if (earliest == 0 || mode->lease_until < earliest)
-			{
-				earliest = mode->lease_until;
-				length = mode->lease_ms;
-			}
-		}
-	if (earliest == 0)
-	{
-		if (lease_published)
-			zks_set_lease(-1, 0);
-		lease_published = false;
-		return;
-	}
-	zks_set_lease(earliest, length);
-	lease_published = true;
-}
-
-/*
- * A hold is taken under the current zklock.lease.  The first hold on a
- * node (fresh: none was left on it) starts its lease anew; a stacked one
- * may only bring the deadline closer, so no hold outlives its own lease.
- */
-void
-zkfc_take_lease(HoldMode *mode, bool fresh)
-{
-	int64		until;
-
-	if (fresh)
-		mode->lease_until = 0;
-	if (zklock_lease <= 0)
-		return;
-	until = zks_monotonic_ms() + zklock_lease;
-	if (mode->lease_until == 0 || until < mode->lease_until)
-	{
-		mode->lease_until = until;
-		mode->lease_ms = zklock_lease;
-	}
 }
 
 /* Tell the session whether a loss should cancel, when that changes. */
@@ -181,7 +102,10 @@ tell_cancel_on_loss(bool cancel)
 	told = cancel;
 }
 
-/* A hold was taken: a loss must now cancel if the hold guards commits. */
+/*
+ * A hold was taken: a loss must now cancel if the hold guards commits.
+ * Never raises an ERROR nor allocates.
+ */
 void
 zkfc_hold_added(bool xact)
 {
@@ -191,13 +115,15 @@ zkfc_hold_added(bool xact)
 
 /*
  * A loss cancels the running statement while a live hold guards commits:
- * any transaction-level one, or with zklock.fail_closed any at all.
+ * any transaction-level one, or with zklock.fail_closed any at all.  The
+ * transaction-end callbacks call this: it never raises an ERROR nor
+ * allocates.
  */
 void
 zkfc_update_cancel_on_loss(void)
 {
-	tell_cancel_on_loss(zkht_any_held(zkht_live, zklock_fail_closed ? HOLD_ANY :
-								 HOLD_XACT));
+	tell_cancel_on_loss(zkht_any_held(zkht_live,
+									  zklock_fail_closed ? HOLD_ANY : HOLD_XACT));
 }
 
 /* Move one live entry to the lost table, merging with an earlier loss. */
@@ -406,7 +332,10 @@ zkfc_note_acknowledged(const char *name)
 	pfree(quoted);
 }
 
-/* The transaction ended: the losses it acknowledged no longer matter. */
+/*
+ * The transaction ended: the losses it acknowledged no longer matter.
+ * Called at transaction end: never raises an ERROR nor allocates.
+ */
 void
 zkfc_xact_ended(void)
 {
@@ -496,7 +425,8 @@ zkh_check_commit(bool wrote, bool prepare)
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("cannot PREPARE a transaction that holds transaction-level zklocks"),
 				 errhint("Use session-level zklocks, released with zk_unlock(), around two-phase transactions.")));
-	if (zkht_any_held(zkht_live, HOLD_XACT) || (session_too && entry_count(zkht_live) > 0))
+	if (zkht_any_held(zkht_live, HOLD_XACT) ||
+		(session_too && entry_count(zkht_live) > 0))
 		confirm_holds(session_too);
 	if (zkht_any_held(zkht_lost, session_too ? HOLD_ANY : HOLD_XACT))
 		raise_loss(true, true, session_too);

@@ -23,12 +23,19 @@
  * nodes to the janitor and wait a bounded time.
  *
  * When the ZooKeeper session is lost, every entry moves to a second table
- * of lost holds, which zk_fail_closed.c keeps; the lease (zklock.lease)
- * is armed there too.  Both files share zk_holds_int.h.
+ * of lost holds; moving them there, and what that means for commits, is
+ * zk_fail_closed.c's, which this file tells of every change through the
+ * hooks in zk_holds_int.h.  Ending a lost hold here (unlock, unlock_all, a
+ * semaphore's release) is how the job acknowledges the loss, and the
+ * release functions tell zk_fail_closed.c so; a multi-lock's undo of its
+ * own holds is not.  A lease (zklock.lease) is armed here: the session is
+ * given up when a hold outlives it, which fails closed as any loss does.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+
+#include <limits.h>
 
 #include "access/xact.h"
 #include "miscadmin.h"
@@ -50,6 +57,16 @@ HTAB	   *zkht_lost = NULL;
 /* Whether COMMIT and ROLLBACK wait for their releases to be confirmed. */
 static bool zklock_synchronous_release;
 
+/*
+ * How long a hold may last, in ms, from its grant (0: for ever).  Past it,
+ * the session is given up as if it were lost (zks_set_lease), and fails
+ * closed as any loss does (zk_fail_closed.c).
+ */
+static int	zklock_lease;
+
+/* Whether the session has a lease armed for one of our holds. */
+static bool lease_published = false;
+
 void
 zkh_define_settings(void)
 {
@@ -62,6 +79,14 @@ zkh_define_settings(void)
 							 0,
 							 NULL, NULL, NULL);
 	zkfc_define_settings();
+	DefineCustomIntVariable("zklock.lease",
+							"Sets how long a zklock may be held before zklock gives it up by itself.",
+							"Counted from each grant; applies to the locks and slots granted while it is set.  When a hold outlives it, the backend's ZooKeeper session is given up as if it were lost: every lock it holds is released and fails closed.  0 means no lease.",
+							&zklock_lease,
+							0, 0, INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
 }
 
 void
@@ -106,6 +131,70 @@ zkht_walk_stop(EntryWalk *walk)
 	if (walk->scanning)
 		hash_seq_term(&walk->status);
 	walk->scanning = false;
+}
+
+/*
+ * Arm the session's lease for the earliest deadline among the live holds
+ * granted under one, or disarm it.  Called when holds change; nothing is
+ * done when no lease is armed and the change brought none.
+ */
+static void
+update_lease(bool leased_change)
+{
+	EntryWalk	walk;
+	LockEntry  *entry;
+	int64		earliest = 0;
+	int			length = 0;
+	int			m;
+
+	if (!lease_published && !leased_change)
+		return;
+	zkht_walk_begin(&walk, zkht_live, NULL);
+	while ((entry = zkht_walk_next(&walk)) != NULL)
+		for (m = 0; m < 2; m++)
+		{
+			HoldMode   *mode = &entry->modes[m];
+
+			if (mode->lease_until == 0 || mode->acquiring ||
+				hold_count(mode, HOLD_ANY) == 0)
+				continue;
+			if (earliest == 0 || mode->lease_until < earliest)
+			{
+				earliest = mode->lease_until;
+				length = mode->lease_ms;
+			}
+		}
+	if (earliest == 0)
+	{
+		if (lease_published)
+			zks_set_lease(-1, 0);
+		lease_published = false;
+		return;
+	}
+	zks_set_lease(earliest, length);
+	lease_published = true;
+}
+
+/*
+ * A hold is taken under the current zklock.lease.  The first hold on a
+ * node (fresh: none was left on it) starts its lease anew; a stacked one
+ * may only bring the deadline closer, so no hold outlives its own lease.
+ */
+static void
+take_lease(HoldMode *mode, bool fresh)
+{
+	int64		until;
+
+	if (fresh)
+		mode->lease_until = 0;
+	if (zklock_lease <= 0)
+		return;
+	until = zks_monotonic_ms() + zklock_lease;
+	if (mode->lease_until == 0 || until < mode->lease_until)
+	{
+		mode->lease_until = until;
+		mode->lease_ms = zklock_lease;
+	}
 }
 
 static HTAB *
@@ -189,7 +278,7 @@ zkht_remove_entry(LockEntry *entry)
 	}
 	pfree(entry->name);
 	hash_search(table, entry->key, HASH_REMOVE, NULL);
-	zkfc_update_lease(false);
+	update_lease(false);
 }
 
 void
@@ -269,7 +358,7 @@ show_entry(LockEntry *entry)
 	char		parent[ZKL_PARENT_MAX];
 	int			m;
 
-	zkfc_update_lease(entry->modes[0].lease_until != 0 ||
+	update_lease(entry->modes[0].lease_until != 0 ||
 				 entry->modes[1].lease_until != 0);
 	if (!zksh_enabled())
 		return;
@@ -303,7 +392,7 @@ zkht_show_holds(void)
 	/* Else show_entry updates the lease for each entry shown. */
 	if (!zksh_enabled())
 	{
-		zkfc_update_lease(false);
+		update_lease(false);
 		return;
 	}
 	zkht_walk_begin(&walk, zkht_live, zkht_lost);
@@ -331,7 +420,7 @@ zkh_add_if_held(const char *parent, bool shared, bool xact)
 	/* A fresh hold on a node kept to hold our place starts now. */
 	if (hold_count(mode, HOLD_ANY) == 0)
 		mode->since = GetCurrentTimestamp();
-	zkfc_take_lease(mode, hold_count(mode, HOLD_ANY) == 0);
+	take_lease(mode, hold_count(mode, HOLD_ANY) == 0);
 	add_hold(mode, xact);
 	show_entry(entry);
 	return true;
@@ -467,7 +556,7 @@ zkh_acquire(const char *parent, const char *name, bool shared, bool xact,
 	if (result == ZKR_GRANTED)
 	{
 		mode->since = GetCurrentTimestamp();
-		zkfc_take_lease(mode, true);
+		take_lease(mode, true);
 		mode->verified_at = zks_connection_count();
 		add_hold(mode, xact);
 		show_entry(entry);
@@ -619,7 +708,7 @@ zkh_acquire_slot(const char *parent, const char *name, int slots, bool xact,
 		mode->node = node;
 		zkht_reserve_subids(mode, 1);
 		mode->since = GetCurrentTimestamp();
-		zkfc_take_lease(mode, true);
+		take_lease(mode, true);
 		mode->verified_at = zks_connection_count();
 		add_hold(mode, xact);
 		show_entry(entry);

@@ -2,9 +2,18 @@
  *
  * zk_holds_int.h
  *	  What the hold table's two files share, and nothing else includes:
- *	  the table's entries and the walks over them (zk_holds.c), and what a
- *	  lost session and a lease do to them (zk_fail_closed.c).  Both make
- *	  the public API, zk_holds.h, and both run on the backend's thread only.
+ *	  the table's entries, the walks over them and the operations on them
+ *	  (zk_holds.c), and the hooks by which the table tells zk_fail_closed.c
+ *	  of its changes.  Both make the public API, zk_holds.h, and both run
+ *	  on the backend's thread only.
+ *
+ * The calls go both ways.  zk_fail_closed.c moves a lost session's entries
+ * to the lost table and reads the tables for its checks, through the
+ * zkht_ operations.  zk_holds.c calls the zkfc_ hooks when a hold is taken
+ * or ended, a lost hold let go, or a transaction ended, so that what may
+ * commit, and whether a loss cancels, follows.  The transaction-end
+ * callbacks call those hooks (zkfc_update_cancel_on_loss,
+ * zkfc_xact_ended), and so the hooks must not raise an ERROR or allocate.
  *
  *-------------------------------------------------------------------------
  */
@@ -63,8 +72,8 @@ typedef enum CountScope
  * A walk over the entries of one table, or of two one after the other.
  * The entry just returned may be removed meanwhile, as dynahash allows, and
  * no other; nothing may be entered into a table being walked, but a nested
- * walk that only reads is fine (zkfc_update_lease, from zkht_remove_entry,
- * does one).  A walk left before its end must be stopped (zkht_walk_stop).
+ * walk that only reads is fine (update_lease, from zkht_remove_entry, does
+ * one).  A walk left before its end must be stopped (zkht_walk_stop).
  */
 typedef struct EntryWalk
 {
@@ -107,7 +116,7 @@ has_node(const HoldMode *mode)
 	return mode->node.path[0] != '\0';
 }
 
-/* zk_holds.c */
+/* zk_holds.c; zkht_walk_stop ends a walk left early, wherever it is */
 extern void zkht_walk_begin(EntryWalk *walk, HTAB *first, HTAB *second);
 extern LockEntry *zkht_walk_next(EntryWalk *walk);
 extern void zkht_walk_stop(EntryWalk *walk);
@@ -121,11 +130,10 @@ extern int	zkht_count_modes_held(HTAB *table, CountScope scope);
 
 /* zk_fail_closed.c */
 extern void zkfc_define_settings(void);
-extern void zkfc_take_lease(HoldMode *mode, bool fresh);
-extern void zkfc_update_lease(bool leased_change);
+extern void zkfc_note_acknowledged(const char *name);
+/* These never raise an ERROR nor allocate: transaction end calls them. */
 extern void zkfc_hold_added(bool xact);
 extern void zkfc_update_cancel_on_loss(void);
-extern void zkfc_note_acknowledged(const char *name);
 extern void zkfc_xact_ended(void);
 
 #endif							/* ZK_HOLDS_INT_H */
