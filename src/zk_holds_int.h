@@ -116,10 +116,52 @@ has_node(const HoldMode *mode)
 	return mode->node.path[0] != '\0';
 }
 
-/* zk_holds.c; zkht_walk_stop ends a walk left early, wherever it is */
-extern void zkht_walk_begin(EntryWalk *walk, HTAB *first, HTAB *second);
-extern LockEntry *zkht_walk_next(EntryWalk *walk);
-extern void zkht_walk_stop(EntryWalk *walk);
+/* The walk, inline: every lock call walks a table or two. */
+static inline void
+zkht_walk_begin(EntryWalk *walk, HTAB *first, HTAB *second)
+{
+	walk->tables[0] = first;
+	walk->tables[1] = second;
+	walk->next = 0;
+	walk->scanning = false;
+}
+
+/* The next entry of a walk, or NULL at its end. */
+static inline LockEntry *
+zkht_walk_next(EntryWalk *walk)
+{
+	for (;;)
+	{
+		if (walk->scanning)
+		{
+			LockEntry  *entry = hash_seq_search(&walk->status);
+
+			if (entry != NULL)
+				return entry;
+			/* At its end, hash_seq_search has ended the scan itself. */
+			walk->scanning = false;
+		}
+		if (walk->next == lengthof(walk->tables))
+			return NULL;
+		/* A table is scanned as it is when its turn comes. */
+		if (entry_count(walk->tables[walk->next]) > 0)
+		{
+			hash_seq_init(&walk->status, walk->tables[walk->next]);
+			walk->scanning = true;
+		}
+		walk->next++;
+	}
+}
+
+static inline void
+zkht_walk_stop(EntryWalk *walk)
+{
+	if (walk->scanning)
+		hash_seq_term(&walk->status);
+	walk->scanning = false;
+}
+
+/* zk_holds.c */
 extern LockEntry *zkht_enter(HTAB *table, const char *key, const char *name);
 extern void zkht_remove_entry(LockEntry *entry);
 extern void zkht_reserve_subids(HoldMode *mode, int needed);

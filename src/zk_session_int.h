@@ -32,6 +32,8 @@
 
 #include <pthread.h>
 
+#include "utils/timestamp.h"
+
 #include "zk_session.h"
 
 /* The session's mutex, and its handle (NULL while none is open). */
@@ -91,8 +93,23 @@ extern void zkrq_auth_done(int rc, const void *data);	/* for the credentials */
 /* zk_wait.c */
 extern void zkw_wake_backend(void);
 extern void zkw_prepare(void);
-extern long zkw_ms_until(TimestampTz deadline);
 extern void zkw_sleep(long timeout_ms, bool interruptible);
+
+/* The longest single sleep: WaitEventSetWait takes an int of milliseconds. */
+#define ZKW_MAX_SLEEP_MS	60000
+
+/*
+ * Milliseconds left until deadline (0: none, -1 returned), capped; inline,
+ * as every wait for a reply asks it.
+ */
+static inline long
+zkw_ms_until(TimestampTz deadline)
+{
+	if (deadline == 0)
+		return -1;
+	return Min(TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline),
+			   ZKW_MAX_SLEEP_MS);
+}
 
 /* zk_watchdog.c */
 extern void zkwd_note_heard_locked(const struct timespec *sent_at,

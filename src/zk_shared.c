@@ -484,14 +484,15 @@ void
 zksh_wait_begin(const char *parent, const char *name, bool shared,
 				bool semaphore, bool xact)
 {
+	if (state != NULL)
+	{
+		acquiring_parent = parent;
+		acquiring.shared = shared;
+		acquiring.semaphore = semaphore;
+		acquiring.xact = xact;
+		acquiring.node[0] = '\0';
+	}
 	zkti_prepare(name, shared, semaphore);
-	if (state == NULL)
-		return;
-	acquiring_parent = parent;
-	acquiring.shared = shared;
-	acquiring.semaphore = semaphore;
-	acquiring.xact = xact;
-	acquiring.node[0] = '\0';
 }
 
 /*

@@ -33,9 +33,6 @@ static uint32 lock_wait_event = PG_WAIT_EXTENSION;	/* in a lock's queue */
 static uint32 request_wait_event = PG_WAIT_EXTENSION;	/* for ZooKeeper */
 static WaitEventSet *wait_set = NULL;
 
-/* The longest single sleep: WaitEventSetWait takes an int of milliseconds. */
-#define MAX_SLEEP_MS				60000
-
 /* A wait that watches the session looks at it at least this often. */
 #define SESSION_CHECK_MS			1000
 
@@ -62,16 +59,6 @@ drain_wake_fd(void)
 	rc = read(wake_fd, &count, sizeof(count));
 }
 
-/* Milliseconds left until deadline (0: none, -1 returned), capped. */
-long
-zkw_ms_until(TimestampTz deadline)
-{
-	if (deadline == 0)
-		return -1;
-	return Min(TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline),
-			   MAX_SLEEP_MS);
-}
-
 /*
  * Sleep until the library has something for us, the latch is set, or
  * timeout_ms (-1: no limit) passes, showing wait_event meanwhile.
@@ -83,8 +70,8 @@ sleep_for(uint32 wait_event, long timeout_ms, bool interruptible)
 {
 	WaitEvent	event;
 
-	if (timeout_ms > MAX_SLEEP_MS)
-		timeout_ms = MAX_SLEEP_MS;
+	if (timeout_ms > ZKW_MAX_SLEEP_MS)
+		timeout_ms = ZKW_MAX_SLEEP_MS;
 	(void) WaitEventSetWait(wait_set, timeout_ms, &event, 1, wait_event);
 	ResetLatch(MyLatch);
 	drain_wake_fd();
