@@ -12,8 +12,8 @@
  * zkht_ operations.  zk_holds.c calls the zkfc_ hooks when a hold is taken
  * or ended, a lost hold let go, or a transaction ended, so that what may
  * commit, and whether a loss cancels, follows.  The transaction-end
- * callbacks call those hooks (zkfc_update_cancel_on_loss,
- * zkfc_xact_ended), and so the hooks must not raise an ERROR or allocate.
+ * callbacks call two of those hooks, zkfc_update_cancel_on_loss and
+ * zkfc_xact_ended, which must not raise an ERROR nor allocate.
  *
  *-------------------------------------------------------------------------
  */
@@ -173,7 +173,7 @@ extern int	zkht_count_modes_held(HTAB *table, CountScope scope);
 /* zk_fail_closed.c */
 extern void zkfc_define_settings(void);
 extern void zkfc_note_acknowledged(const char *name);
-/* These never raise an ERROR nor allocate: transaction end calls them. */
+/* These never raise an ERROR nor allocate: transaction end runs the last two. */
 extern void zkfc_hold_added(bool xact);
 extern void zkfc_update_cancel_on_loss(void);
 extern void zkfc_xact_ended(void);

@@ -459,11 +459,23 @@ zk_stat_locks(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	ZkshStats  *stats;
+	int			columns = 1;
+	int			counter;
+	int			nbuckets;
 	int			n;
 	int			i;
 
 	require_shared_memory("zk_stat_locks");
 	InitMaterializedSRF(fcinfo, 0);
+	/* A column per counter, a histogram's buckets making one, and the name. */
+	for (counter = 0; counter < ZKSH_NCOUNTERS; counter += nbuckets)
+	{
+		(void) zksh_shown_as(counter, &nbuckets);
+		columns++;
+	}
+	if (columns != rsinfo->setDesc->natts)
+		elog(ERROR, "zk_stat_locks is declared with %d columns but its counters make %d",
+			 rsinfo->setDesc->natts, columns);
 	n = zksh_stats(&stats);
 	for (i = 0; i < n; i++)
 	{
@@ -471,8 +483,6 @@ zk_stat_locks(PG_FUNCTION_ARGS)
 		Datum		values[1 + ZKSH_NCOUNTERS];
 		bool		nulls[1 + ZKSH_NCOUNTERS] = {0};
 		int			column = 0;
-		int			counter;
-		int			nbuckets;
 
 		values[column++] = zkt_shown_name(stats[i].name);
 		for (counter = 0; counter < ZKSH_NCOUNTERS; counter += nbuckets)
@@ -490,9 +500,6 @@ zk_stat_locks(PG_FUNCTION_ARGS)
 					break;
 			}
 		}
-		if (column != rsinfo->setDesc->natts)
-			elog(ERROR, "zk_stat_locks returns %d columns, not %d",
-				 rsinfo->setDesc->natts, column);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	PG_RETURN_VOID();
