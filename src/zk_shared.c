@@ -276,17 +276,36 @@ zksh_name_of(const char *parent, char name[ZKN_NAME_MAX + 1])
 	}
 }
 
-/* Once per backend for each setting: *warned remembers. */
+/*
+ * The hold slots are full (or this role has its share of them): once per
+ * backend.
+ */
 static void
-warn_full(const char *what, bool *warned)
+warn_holds_full(void)
 {
-	if (*warned)
+	if (warned_full_holds)
 		return;
-	*warned = true;
+	warned_full_holds = true;
 	ereport(WARNING,
-			(errmsg("zklock has no room left in shared memory for %s", what),
-			 errdetail("What does not fit is not shown server-wide; locking is not affected.  One role may take at most three quarters of zklock.max_shown_holds."),
-			 errhint("Raise zklock.max_shown_holds or zklock.max_tracked_names and restart the server.")));
+			(errmsg("zklock has no room left in shared memory for zklock.max_shown_holds"),
+			 errdetail("Holds that do not fit are not shown server-wide; locking is not affected.  One role may take at most three quarters of zklock.max_shown_holds."),
+			 errhint("Raise zklock.max_shown_holds and restart the server.")));
+}
+
+/*
+ * The statistics table is full: once per backend.  Any role that locks
+ * fills it, and only a reset empties it, so say who may reset it.
+ */
+static void
+warn_names_full(void)
+{
+	if (warned_full_names)
+		return;
+	warned_full_names = true;
+	ereport(WARNING,
+			(errmsg("zklock has no room left in shared memory for zklock.max_tracked_names"),
+			 errdetail("Lock names that do not fit get no statistics in zk_stat_locks; locking is not affected.  Any role that takes locks adds names, and the names stay until zk_stat_locks_reset() is called."),
+			 errhint("Ask a superuser, or a role granted EXECUTE on zk_stat_locks_reset(), to call it, or raise zklock.max_tracked_names and restart the server.")));
 }
 
 /* Free hold slot i.  Caller holds the lock exclusively. */
@@ -403,7 +422,7 @@ zksh_put_hold(int slot, const char *parent, bool shared, bool semaphore,
 	if (slot == 0)
 	{
 		LWLockRelease(state->lock);
-		warn_full("zklock.max_shown_holds", &warned_full_holds);
+		warn_holds_full();
 		return 0;
 	}
 	h = &state->holds[slot - 1];
@@ -692,7 +711,7 @@ count_shared(const char *parent, const ZkshCounter *counters,
 		if (entry == NULL && hash_get_num_entries(stats) >= max_tracked_names)
 		{
 			LWLockRelease(state->lock);
-			warn_full("zklock.max_tracked_names", &warned_full_names);
+			warn_names_full();
 			return;
 		}
 		if (entry == NULL)
@@ -702,7 +721,7 @@ count_shared(const char *parent, const ZkshCounter *counters,
 		if (entry == NULL)
 		{
 			LWLockRelease(state->lock);
-			warn_full("zklock.max_tracked_names", &warned_full_names);
+			warn_names_full();
 			return;
 		}
 		if (!found)

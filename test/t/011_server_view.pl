@@ -150,6 +150,12 @@ ok(wait_until('the exited backend\'s rows to go',
 	is($out, '300', 'statistics: 300 names locked and unlocked');
 	like($err, qr/no room left in shared memory for zklock.max_tracked_names/,
 		'statistics: a WARNING once the table is full');
+	like($err, qr/DETAIL:  Lock names that do not fit get no statistics.*until zk_stat_locks_reset\(\) is called/,
+		'statistics: its DETAIL says the names stay until a reset');
+	like($err, qr/HINT:  Ask a superuser, or a role granted EXECUTE on zk_stat_locks_reset\(\), to call it/,
+		'statistics: and its HINT who may reset them');
+	unlike($err, qr/max_shown_holds/,
+		'statistics: the WARNING does not speak of the hold slots');
 	$warnings = () = $err =~ /no room left/g;
 	is($warnings, 1, 'statistics: just once');
 	is(query($small, 'SELECT count(*) FROM zk_stat_locks'), '16',
