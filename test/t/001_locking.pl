@@ -58,6 +58,29 @@ is($out, 'f', 'the new holder excludes the old one');
 run_sql($b, "SELECT zk_unlock('handoff')");
 ok(zk_wait_contenders("$root/handoff", 0), 'no node left after handoff');
 
+# --- a name with control characters, in the process title -----------------
+# Every OS user reads process titles, one line per process: a name must not
+# forge lines or terminal sequences there.  In a UTF-8 database, so that
+# the C1 controls are characters too.
+{
+	$node->safe_psql('postgres',
+		"CREATE DATABASE utf8_names ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0");
+	$node->safe_psql('utf8_names', 'CREATE EXTENSION zklock');
+	my ($x, $y) = (zk_session($node, 'utf8_names'), zk_session($node, 'utf8_names'));
+	my $raw_name = q{E'forged\nline\x1b[2J\u0085\\\\'};
+	run_sql($x, "SELECT zk_lock($raw_name)");
+	send_query($y, "SELECT 'y got forged' FROM zk_lock($raw_name);");
+	ok(wait_for_zk_wait($node, $y->{zk_pid}), 'a backend waits for a name with control characters');
+	my $title = slurp_file("/proc/$y->{zk_pid}/cmdline");
+	like($title, qr/waiting for zklock "forged\\nline\\x1b\[2J\\u0085\\\\"/,
+		'the process title shows them escaped');
+	unlike($title, qr/[\n\r\x1b]|\xc2\x85/, 'and holds no control character');
+	run_sql($x, "SELECT zk_unlock($raw_name)");
+	ok(await_output($y, qr/y got forged/), 'the waiter is granted');
+	run_sql($y, "SELECT zk_unlock($raw_name)");
+	$_->quit for ($x, $y);
+}
+
 # --- FIFO order among 5 waiters -----------------------------------------
 $node->safe_psql('postgres', 'CREATE TABLE grants (seq serial, who int)');
 run_sql($a, "SELECT zk_lock('fifo')");
