@@ -184,6 +184,10 @@ AS 'MODULE_PATHNAME', 'zk_lock_token'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 -- Seeing who holds what.
+--
+-- The views are readable by every role, as pg_locks and pg_stat_activity
+-- are, and as the functions behind them are executable by PUBLIC; so a
+-- monitoring role (pg_monitor) needs no grant of its own.
 
 -- Every backend's zklocks, held and waited for, in the spirit of pg_locks:
 -- the calling backend's own, and with zklock in shared_preload_libraries
@@ -208,6 +212,7 @@ CREATE VIEW zk_locks AS
 SELECT l.pid, d.datname AS database, l.name, l.mode, l.scope, l.holds,
        l.state, l.node, l.token, l.held_since, l.waiting_since
 FROM zk_locks() l LEFT JOIN pg_catalog.pg_database d ON d.oid = l.database;
+GRANT SELECT ON zk_locks TO PUBLIC;
 
 -- Who holds what a waiting backend of this server waits for, in the spirit
 -- of pg_blocking_pids(): the contenders ahead of it in ZooKeeper, from any
@@ -247,6 +252,7 @@ AS 'MODULE_PATHNAME', 'zk_stat_locks'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 CREATE VIEW zk_stat_locks AS SELECT * FROM zk_stat_locks();
+GRANT SELECT ON zk_stat_locks TO PUBLIC;
 
 -- The upper bounds, in ms, of zk_stat_locks.wait_time_buckets: element i
 -- counts the waits that ended within bound i (cumulative, as Prometheus's
@@ -278,6 +284,7 @@ SELECT name, mode = 'semaphore' AS semaphore,
        max(pg_catalog.clock_timestamp() - waiting_since) AS longest_wait
 FROM zk_locks()
 GROUP BY name, mode = 'semaphore';
+GRANT SELECT ON zk_lock_activity TO PUBLIC;
 
 CREATE FUNCTION zk_stat_locks_reset()
 RETURNS void
@@ -328,6 +335,7 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 CREATE VIEW zk_sessions AS
 SELECT s.pid, d.datname AS database, s.state, s.state_since
 FROM zk_sessions() s LEFT JOIN pg_catalog.pg_database d ON d.oid = s.database;
+GRANT SELECT ON zk_sessions TO PUBLIC;
 
 -- This backend's ZooKeeper session and counters.
 CREATE FUNCTION zk_status(

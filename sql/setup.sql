@@ -55,6 +55,14 @@ SET zklock.root = '/with space';
 -- Only superusers may point zklock elsewhere or change its session.
 CREATE ROLE zk_plain_user;
 SET ROLE zk_plain_user;
+-- Every view is readable by any role, as the functions behind it are.
+SELECT c.relname AS view, has_table_privilege(c.oid, 'SELECT') AS readable
+FROM pg_class c JOIN pg_depend d ON d.objid = c.oid AND d.classid = 'pg_class'::regclass
+JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'zklock'
+WHERE c.relkind = 'v' ORDER BY 1;
+SELECT (SELECT count(*) FROM zk_locks) + (SELECT count(*) FROM zk_stat_locks) +
+       (SELECT count(*) FROM zk_lock_activity) + (SELECT count(*) FROM zk_sessions) >= 0
+       AS every_view_read;
 DO $$
 BEGIN
   SET zklock.hosts = '127.0.0.1:1';

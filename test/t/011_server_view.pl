@@ -31,6 +31,18 @@ ok(wait_until('the waiting node to be shown',
 		sub { query($east, "SELECT count(*) FROM zk_locks WHERE pid = $w->{zk_pid} AND node IS NOT NULL") eq '1' }),
 	'the waiter shows its node once it has one');
 
+# A monitoring role, no superuser, reads every view, as it reads pg_locks.
+query($east, 'CREATE ROLE mon LOGIN IN ROLE pg_monitor');
+for my $view (qw(zk_locks zk_stat_locks zk_lock_activity zk_sessions))
+{
+	my ($rc, $stdout, $stderr) = $east->psql('postgres', "SELECT count(*) > 0 FROM $view",
+		extra_params => [ '-U', 'mon' ]);
+	is("$rc|$stdout|$stderr", '0|t|', "a pg_monitor member reads $view");
+}
+is($east->safe_psql('postgres', "SELECT count(*) FROM zk_locks WHERE pid = $h->{zk_pid}",
+		extra_params => [ '-U', 'mon' ]),
+	'2', 'and sees another backend\'s holds there');
+
 is(query($east, "SELECT name, mode, scope, holds, state, database, token > 0, held_since IS NOT NULL
 	FROM zk_locks WHERE pid = $h->{zk_pid} ORDER BY name, scope"),
 	"view_x|exclusive|session|2|held|postgres|t|t\nview_y|shared|transaction|1|held|postgres|t|t",

@@ -22,9 +22,11 @@ ok(-f $queries, 'the shipped queries file exists');
 
 my $port = PostgreSQL::Test::Cluster::get_free_port();
 my $log = PostgreSQL::Test::Utils::tempdir() . '/exporter.log';
-my $user = getpwuid($>);
-my $dsn = sprintf('host=%s port=%d user=%s dbname=postgres sslmode=disable',
-	$node->host, $node->port, $user);
+# As docs/monitoring.md sets it up: a role that is no superuser, only a
+# member of pg_monitor.
+$node->safe_psql('postgres', 'CREATE ROLE prometheus LOGIN IN ROLE pg_monitor');
+my $dsn = sprintf('host=%s port=%d user=prometheus dbname=postgres sslmode=disable',
+	$node->host, $node->port);
 my $proc = IPC::Run::start(
 	[
 		$exporter, "--extend.query-path=$queries",
