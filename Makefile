@@ -14,9 +14,9 @@ MODULE_big = zklock
 # The SQL surface is zklock.c; the layers under it are in src/ (see
 # CONTRIBUTING.md, Layout).
 OBJS = zklock.o $(patsubst %,src/%.o,zk_args zk_observe zk_guard zk_shared \
-	zk_holds zk_fail_closed zk_recipe zk_deadlock zk_queue_read zk_queue \
+	zk_holds zk_fail_closed zk_recipe zk_acl_check zk_deadlock zk_queue_read zk_queue \
 	zk_session zk_requests zk_wait zk_watchdog zk_settings zk_client_log \
-	zk_janitor zk_names zk_text zk_title zk_memory)
+	zk_janitor zk_budget zk_names zk_text zk_title zk_memory)
 # The C functions only the TAP suites call (src/zk_test_support.c) are
 # built with ZKLOCK_TEST_SUPPORT=1, as CI and the test scripts do; never
 # shipped.

@@ -1073,7 +1073,9 @@ def repeat(rep, kazoo, curator):
 
 def fifo_and_waiter_rss():
     """FIFO_WAITERS backends queue one after another behind a holder; each
-    records when it is granted.  Also: the memory of a waiting backend."""
+    records when it is granted.  Also: the memory of a waiting backend, and
+    what the last waiter's deadlock check costs, with every waiter ahead of
+    it in the graph."""
     k = FIFO_WAITERS
     log("== FIFO: %d backends queued on one lock" % k)
     mon = Psql("zkbench-monitor")
@@ -1095,8 +1097,12 @@ def fifo_and_waiter_rss():
             for q in sql:
                 cmd += ["-c", q]
             errf = open(scratch("fifo-%d.err" % i), "w")
+            env = dict(os.environ, PGAPPNAME="zkbench-fifo")
+            # The last waiter says what its deadlock check cost (DEBUG1).
+            if i == k:
+                env["PGOPTIONS"] = "-c client_min_messages=debug1"
             procs.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errf,
-                                           env=dict(os.environ, PGAPPNAME="zkbench-fifo")), errf))
+                                           env=env), errf))
             deadline = time.monotonic() + 60
             while True:
                 n = int(mon.value("SELECT count(*) FROM zk_lock_contenders('fifo')"))
@@ -1125,6 +1131,19 @@ def fifo_and_waiter_rss():
         if len(waiting) != k:
             RES.fail("fifo: %d backends wait on wait_event_type Extension, expected %d"
                      % (len(waiting), k))
+        check = None
+        deadline = time.monotonic() + 10
+        while check is None and time.monotonic() < deadline:
+            check = re.search(r"zklock deadlock check: (\d+) requests, (\d+) ms, "
+                              r"(\d+) waiting sessions, no cycle",
+                              open(scratch("fifo-%d.err" % k)).read())
+            time.sleep(0.1)
+        if check is None:
+            RES.fail("fifo: the last waiter reported no deadlock check")
+        else:
+            RES.add("deadlock_check_requests", int(check.group(1)))
+            RES.add("deadlock_check_ms", int(check.group(2)))
+            RES.add("deadlock_check_members", int(check.group(3)))
         rss = [proc_status(int(p))["VmRSS"] for p in waiting]
         fresh = Psql("zkbench-fresh")
         fresh_rss = proc_status(fresh.pid)["VmRSS"]
@@ -1525,6 +1544,13 @@ def report(elapsed):
         "FIFO cascade: holder's release -> last grant, / waiters", key="fifo_per_grant_ms")
     row("fifo_watchers_per_grant", med("fifo_watchers_per_grant"), "watchers",
         "FIFO cascade: watchers fired per grant, 3 servers", digits=3)
+    row("deadlock_check_requests", med("deadlock_check_requests"), "req",
+        "the last waiter's deadlock check: requests, with %s waiting sessions in its graph "
+        "(its DEBUG1 line)" % fmt(med("deadlock_check_members"), 0), digits=0,
+        goal="<= 2 x waiters + 10", met=None if med("deadlock_check_requests") is None else
+        med("deadlock_check_requests") <= 2 * FIFO_WAITERS + 10)
+    row("deadlock_check_ms", med("deadlock_check_ms"), "ms",
+        "  and its time", digits=0)
     row("waiter_extra_rss", med("waiter_extra_rss_kb"), "kB",
         "VmRSS of a waiting backend minus a fresh backend's (mean of the waiters)", digits=0,
         key="waiter_extra_rss_kb")

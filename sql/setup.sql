@@ -44,6 +44,12 @@ ORDER BY p.oid;
 SHOW zklock.root;
 SHOW zklock.session_timeout;
 SHOW zklock.connect_timeout;
+-- What one backend may keep on ZooKeeper, and how long it keeps a session
+-- that holds nothing.
+SHOW zklock.max_session_nodes;
+SHOW zklock.max_session_path_bytes;
+SHOW zklock.idle_session_timeout;
+SET zklock.max_session_path_bytes = '100';
 SET zklock.no_such_setting = 1;
 SET zklock.root = 'relative';
 SET zklock.root = '/trailing/';
@@ -73,6 +79,10 @@ SET zklock.hosts = '127.0.0.1:1';
 SET zklock.root = '/elsewhere';
 SET zklock.session_timeout = '1s';
 SET zklock.client_log_level = debug;
+-- Nor lift the budget that keeps the ensemble safe, nor keep idle sessions.
+SET zklock.max_session_nodes = 100000;
+SET zklock.max_session_path_bytes = '64MB';
+SET zklock.idle_session_timeout = 0;
 SET zklock.connect_timeout = '3s';
 SET zklock.synchronous_release = on;
 SELECT zk_try_lock('plain_user_lock') AND zk_unlock('plain_user_lock') AS plain_user_locks;

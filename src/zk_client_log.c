@@ -2,8 +2,9 @@
  *
  * zk_client_log.c
  *	  The ZooKeeper client library's own messages: passed on to the server
- *	  log, a few at a time, and the last TLS complaint kept for the error a
- *	  backend reports when it cannot connect.
+ *	  log, a few at a time, and what they say of a failed connection (the
+ *	  last TLS complaint, the last connection a server closed) kept for the
+ *	  error a backend reports when it cannot connect.
  *
  * zkcl_log runs on the library's threads, so it uses nothing of PostgreSQL
  * but strlcpy, and only its own mutex.
@@ -12,7 +13,9 @@
  */
 #include "postgres.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "zk_session_int.h"
@@ -36,7 +39,41 @@ static int	client_log_suppressed = 0;
  * such message since the handle was made, for the error a backend reports
  * when it cannot connect.  Protected by client_log_mutex.
  */
-static char tls_failure[ZKCL_TLS_FAILURE_SIZE] = "";
+static char tls_failure[ZKCL_FAILURE_SIZE] = "";
+
+/*
+ * A server that takes the connection and closes it before a session is
+ * made (this host is over its maxClientCnxns, or it is not serving) sends
+ * nothing back; the library logs the socket error, "Socket <server> zk
+ * retcode=-4, errno=<e>(...): ...", with an end of stream (which it
+ * reports as EHOSTDOWN), a reset or a broken pipe.  The last such message
+ * since the handle was made, "" if none.  Protected by client_log_mutex.
+ */
+static char closed_by_server[ZKCL_FAILURE_SIZE] = "";
+
+/* The text of a library message, without its "<time>:...@<where>: ". */
+static const char *
+message_text(const char *message)
+{
+	const char *text = strstr(message, "ZOO_");
+
+	text = text ? strstr(text, ": ") : NULL;
+	return text ? text + 2 : message;
+}
+
+/* Does a library message say that the server closed the connection? */
+static bool
+says_closed_by_server(const char *message)
+{
+	const char *e;
+	int			error;
+
+	if (strstr(message, "zk retcode=") == NULL ||
+		(e = strstr(message, "errno=")) == NULL)
+		return false;
+	error = atoi(e + strlen("errno="));
+	return error == EHOSTDOWN || error == ECONNRESET || error == EPIPE;
+}
 
 /* The library's log callback, on whichever thread logs. */
 void
@@ -46,13 +83,10 @@ zkcl_log(const char *message)
 
 	pthread_mutex_lock(&client_log_mutex);
 	if (strcasestr(message, "ssl") != NULL)
-	{
-		/* Without the library's "<time>:<pid>(<thread>):ZOO_ERROR@<where>: ". */
-		const char *text = strstr(message, "ZOO_");
-
-		text = text ? strstr(text, ": ") : NULL;
-		strlcpy(tls_failure, text ? text + 2 : message, sizeof(tls_failure));
-	}
+		strlcpy(tls_failure, message_text(message), sizeof(tls_failure));
+	else if (says_closed_by_server(message))
+		strlcpy(closed_by_server, message_text(message),
+				sizeof(closed_by_server));
 	if (now - client_log_interval_start >= CLIENT_LOG_INTERVAL_SEC)
 	{
 		if (client_log_suppressed > 0)
@@ -72,12 +106,13 @@ zkcl_log(const char *message)
 	pthread_mutex_unlock(&client_log_mutex);
 }
 
-/* A new handle is being made: its TLS complaints start afresh. */
+/* A new handle is being made: its complaints start afresh. */
 void
-zkcl_forget_tls_failure(void)
+zkcl_forget_failures(void)
 {
 	pthread_mutex_lock(&client_log_mutex);
 	tls_failure[0] = '\0';
+	closed_by_server[0] = '\0';
 	pthread_mutex_unlock(&client_log_mutex);
 }
 
@@ -87,5 +122,17 @@ zkcl_tls_failure(char *buf, size_t size)
 {
 	pthread_mutex_lock(&client_log_mutex);
 	strlcpy(buf, tls_failure, size);
+	pthread_mutex_unlock(&client_log_mutex);
+}
+
+/*
+ * The last message since the handle was made that says a server closed
+ * the connection, "" if none.
+ */
+void
+zkcl_closed_by_server(char *buf, size_t size)
+{
+	pthread_mutex_lock(&client_log_mutex);
+	strlcpy(buf, closed_by_server, size);
 	pthread_mutex_unlock(&client_log_mutex);
 }

@@ -58,14 +58,23 @@
  * nothing, so a cycle through one of them is not found; and a backend with
  * detection off (zklock.deadlock_timeout = 0) does not publish either.
  *
- * Every request made here is awaited with the checker's deadline; a check
- * that runs out of time has found nothing, and is done again later.  Each
- * queue is read once per pass (zk_queue_read.c), however many members wait
- * in it, and kept with its requests (its listing and a stat per contender,
- * a few hundred bytes each) until the next pass or the confirmation of a
- * cycle starts, or the check ends.  A graph of more than ZKD_MAX_MEMBERS
- * waiting sessions is not followed: nothing is read beyond that size, the
- * caller logs it once and checks again ever less often.
+ * Cost.  Every request made here is awaited with the checker's deadline; a
+ * check that runs out of time has found nothing, and is done again later,
+ * ever less often and with ever more time (zk_recipe.c).  Each queue is
+ * read once per pass (zk_queue_read.c), however many members wait in it:
+ * its listing and a stat per contender, kept with their requests (a few
+ * hundred bytes each) until the next pass or the confirmation of a cycle
+ * starts, or the check ends.  Each session that owns a blocking node has
+ * its published wait read once per check, whether it turns out a member
+ * or not, and is then found in a hash table.  So a pass costs one listing
+ * per queue in the graph, one read per contender of those queues and one
+ * per session that owns a blocker: linear in what it reads.  Confirming a
+ * cycle reads each of its members' published waits and queues again.  A
+ * graph of more than ZKD_MAX_MEMBERS waiting sessions is not followed
+ * further: the check stops once a member's blockers would take it past
+ * that size (the queues read up to then are read in full), and the caller
+ * logs it once and checks again ever less often.  Each check's requests
+ * and time are logged at DEBUG1.
  *
  *-------------------------------------------------------------------------
  */
@@ -75,6 +84,7 @@
 
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
+#include "utils/hsearch.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -92,10 +102,12 @@ int			zklock_deadlock_timeout;
 
 /*
  * For the fault tests only (zk_test_support.c): a pause between finding a
- * cycle and reading it again (see search()), and a lower ZKD_MAX_MEMBERS.
+ * cycle and reading it again (see search()), a lower ZKD_MAX_MEMBERS, and
+ * a shorter time for a check than zklock.connect_timeout (0: that one).
  */
 int			zkd_test_confirm_delay_ms = 0;
 int			zkd_test_max_members = ZKD_MAX_MEMBERS;
+int			zkd_test_check_ms = 0;
 
 /* How many times one check searches afresh after a cycle did not hold. */
 #define MAX_SEARCHES		3
@@ -112,6 +124,29 @@ zkd_define_settings(void)
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 }
+
+/*
+ * A session that owns a blocking node, whose published wait the check has
+ * read (or is reading), kept for the whole check: a wait published before
+ * ours stays as it was while the check runs, and one published after ours
+ * is not followed anyway (see the header comment).
+ */
+typedef enum OwnerWait
+{
+	OWNER_READING,				/* its read is in flight */
+	OWNER_WAITS,				/* it published a wait before us: wait */
+	OWNER_NOT_FOLLOWED			/* no wait, a younger one, or not trusted */
+} OwnerWait;
+
+typedef struct Owner
+{
+	int64		session;		/* hash key */
+	OwnerWait	state;
+	int64		published_czxid;	/* OWNER_WAITS: its wait's */
+	ZknWait		wait;
+	int			pass;			/* the pass in which it joined the graph */
+	int			member;			/* ... as this member */
+} Owner;
 
 /* One waiting session of the wait-for graph. */
 typedef struct Member
@@ -153,6 +188,8 @@ typedef struct Search
 	uint64		generation;		/* our watch's; when it moves, stop */
 	Member	   *members;
 	int			nmembers;
+	int			pass;			/* the search under way, from 1 */
+	HTAB	   *owners;			/* Owner, by session: ours and every one read */
 	Closing    *closings;		/* cycles back to us seen in this pass */
 	int			nclosings;
 	int			closing;		/* the one confirmed: index into closings */
@@ -348,85 +385,110 @@ read_blockers(Search *s, const Member *m, Blocker **blockers, int *count)
 	return READ_OK;
 }
 
-static int
-find_member(const Search *s, int64 session)
+/*
+ * Add the session of an owner that waits to the graph, in this pass, as a
+ * member waiting for blocker (a node waited for by member via).
+ */
+static void
+add_member(Search *s, Owner *owner, const Blocker *blocker, int via)
 {
-	int			i;
+	Member	   *m = &s->members[s->nmembers];
 
-	for (i = 0; i < s->nmembers; i++)
-		if (s->members[i].session == session)
-			return i;
-	return -1;
+	m->session = owner->session;
+	m->published_czxid = owner->published_czxid;
+	m->wait = owner->wait;
+	m->waited_for_by = via;
+	strlcpy(m->blocking_node, blocker->node, sizeof(m->blocking_node));
+	owner->pass = s->pass;
+	owner->member = s->nmembers++;
 }
 
 /*
- * Read what the owners of blockers (waited for by member via) have
- * published, and add those that wait and published before us.  Returns
- * false if the reads did not finish, or if the graph grew past
- * ZKD_MAX_MEMBERS.
+ * Add to the graph the owners of blockers (waited for by member via) that
+ * published a wait before us: reading what each published unless the check
+ * did already.  Returns false if the reads did not finish, or if the graph
+ * grew past ZKD_MAX_MEMBERS.
  */
 static bool
 add_waiting_owners(Search *s, const Blocker *blockers, int count, int via)
 {
 	ZkRequest **reads = palloc(Max(count, 1) * sizeof(ZkRequest *));
-	const Blocker **whose = palloc(Max(count, 1) * sizeof(Blocker *));
+	Owner	  **to_read = palloc(Max(count, 1) * sizeof(Owner *));
+	const Blocker **read_for = palloc(Max(count, 1) * sizeof(Blocker *));
+	Owner	  **known = palloc(Max(count, 1) * sizeof(Owner *));
+	const Blocker **known_for = palloc(Max(count, 1) * sizeof(Blocker *));
 	int			nreads = 0;
+	int			nknown = 0;
 	int			i;
 
 	release_requests(s);
 	for (i = 0; i < count; i++)
 	{
 		const Blocker *b = &blockers[i];
-		bool		pending = false;
-		int			j;
+		Owner	   *owner;
+		bool		found;
 
 		/* A node with no owner is persistent: nobody waits behind it. */
-		if (b->owner == 0 || find_member(s, b->owner) >= 0)
+		if (b->owner == 0)
 			continue;
-		for (j = 0; j < nreads; j++)
-			pending |= whose[j]->owner == b->owner;
-		if (!pending)
-			whose[nreads++] = b;
+		owner = hash_search(s->owners, &b->owner, HASH_ENTER, &found);
+		if (!found)
+		{
+			owner->state = OWNER_READING;
+			owner->pass = 0;
+			to_read[nreads] = owner;
+			read_for[nreads++] = b;
+		}
+		else if (owner->state == OWNER_WAITS && owner->pass != s->pass)
+		{
+			/* Read in an earlier pass: it joins this one as it is. */
+			owner->pass = s->pass;
+			known[nknown] = owner;
+			known_for[nknown++] = b;
+		}
 	}
-	/* Judged before anything is sent: a graph too large costs no reads. */
-	if (s->nmembers + nreads > zkd_test_max_members)
+	/* Judged before anything is sent: reads past the size are not made. */
+	if (s->nmembers + nknown + nreads > zkd_test_max_members)
 	{
 		s->too_large = true;
 		return false;
 	}
+	s->members = repalloc(s->members,
+						  (s->nmembers + nknown + nreads) * sizeof(Member));
+	for (i = 0; i < nknown; i++)
+		add_member(s, known[i], known_for[i], via);
 	for (i = 0; i < nreads; i++)
 	{
 		make_room(s);
 		reads[i] = track(s, zks_get_data(published_path(s->waits_dir,
-														whose[i]->owner)));
+														to_read[i]->session)));
 	}
 	if (!await_all(s))
 		return false;
-	s->members = repalloc(s->members, (s->nmembers + nreads) * sizeof(Member));
 	for (i = 0; i < nreads; i++)
 	{
 		ZkRequest  *read = reads[i];
-		Member	   *m = &s->members[s->nmembers];
+		Owner	   *owner = to_read[i];
+
+		/* Only a missing node says "not waiting"; a failed read says nothing. */
+		if (read->rc != ZOK && read->rc != ZNONODE)
+			return false;
 
 		/*
 		 * Only a node its own session made, never rewritten, and made before
 		 * ours counts: see the header comment.
 		 */
-		/* Only a missing node says "not waiting"; a failed read says nothing. */
-		if (read->rc != ZOK && read->rc != ZNONODE)
-			return false;
+		owner->state = OWNER_NOT_FOLLOWED;
 		if (read->rc != ZOK || read->data == NULL ||
-			read->stat.ephemeralOwner != whose[i]->owner ||
+			read->stat.ephemeralOwner != owner->session ||
 			read->stat.version != 0 ||
 			read->stat.czxid >= s->members[0].published_czxid ||
-			!zkn_parse_wait(read->data, read->datalen, &m->wait) ||
-			!is_valid_wait(s, &m->wait))
+			!zkn_parse_wait(read->data, read->datalen, &owner->wait) ||
+			!is_valid_wait(s, &owner->wait))
 			continue;
-		m->session = whose[i]->owner;
-		m->published_czxid = read->stat.czxid;
-		m->waited_for_by = via;
-		strlcpy(m->blocking_node, whose[i]->node, sizeof(m->blocking_node));
-		s->nmembers++;
+		owner->state = OWNER_WAITS;
+		owner->published_czxid = read->stat.czxid;
+		add_member(s, owner, read_for[i], via);
 	}
 	release_requests(s);
 	return true;
@@ -710,7 +772,12 @@ search(Search *s)
 	for (attempt = 0; attempt < MAX_SEARCHES; attempt++)
 	{
 		Found		found;
+		int64		self = s->members[0].session;
+		Owner	   *owner = hash_search(s->owners, &self, HASH_FIND, NULL);
 
+		/* We are member 0 of every pass. */
+		s->pass++;
+		owner->pass = s->pass;
 		s->nmembers = 1;
 		s->nclosings = 0;
 		forget_queues(s);
@@ -759,6 +826,9 @@ zkd_check(const char *parent, const char *node_path, const char *identity,
 	Member	   *self;
 	Found		found = FOUND_UNKNOWN;
 	ZkdResult	result = ZKD_AGAIN;
+	HASHCTL		ctl;
+	uint64		requests_before = zks_requests_sent();
+	TimestampTz started = GetCurrentTimestamp();
 
 	s->root = pnstrdup(parent, zkl_parent_length(parent));
 	s->waits_dir = psprintf("%s/%s", s->root, ZKL_WAITS_DIR);
@@ -766,11 +836,18 @@ zkd_check(const char *parent, const char *node_path, const char *identity,
 	s->generation = generation;
 	s->members = palloc0(sizeof(Member));
 	self = &s->members[0];
+	ctl.keysize = sizeof(int64);
+	ctl.entrysize = sizeof(Owner);
+	ctl.hcxt = check_context;
+	s->owners = hash_create("zklock deadlock check owners", 64, &ctl,
+							HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	PG_TRY();
 	{
 		if (published->czxid != 0 ||
 			publish(s, parent, node, identity, published))
 		{
+			Owner	   *owner;
+
 			self->session = zks_session_id();
 			self->published_czxid = published->czxid;
 			self->waited_for_by = -1;
@@ -778,8 +855,18 @@ zkd_check(const char *parent, const char *node_path, const char *identity,
 			strlcpy(self->wait.node, node, sizeof(self->wait.node));
 			if (!zkn_parse_identity(identity, strlen(identity), &self->wait.id))
 				memset(&self->wait.id, 0, sizeof(self->wait.id));
+			owner = hash_search(s->owners, &self->session, HASH_ENTER, NULL);
+			owner->state = OWNER_WAITS;
+			owner->member = 0;
 			found = search(s);
 		}
+		elog(DEBUG1, "zklock deadlock check: %llu requests, %ld ms, %d waiting sessions, %s",
+			 (unsigned long long) (zks_requests_sent() - requests_before),
+			 (long) ((GetCurrentTimestamp() - started) / 1000),
+			 s->nmembers,
+			 found == FOUND_CYCLE ? "a cycle" :
+			 s->too_large ? "too many waiting sessions" :
+			 found == FOUND_NONE ? "no cycle" : "unfinished");
 		if (found == FOUND_CYCLE)
 			report_deadlock(s);
 		result = s->too_large ? ZKD_TOO_LARGE :

@@ -26,6 +26,7 @@ typedef struct ZkdWait
 extern int	zklock_deadlock_timeout;
 extern int	zkd_test_confirm_delay_ms;
 extern int	zkd_test_max_members;
+extern int	zkd_test_check_ms;
 
 /* How a deadlock check ended, if not with "deadlock detected". */
 typedef enum ZkdResult

@@ -893,6 +893,9 @@ xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 			end_xact_holds(InvalidSubTransactionId, true);
 			zkfc_xact_ended();
+			/* Holding nothing now, the session may be closed when idle. */
+			if (entry_count(zkht_live) == 0)
+				zks_set_idle();
 			break;
 		case XACT_EVENT_PREPARE:
 			zkfc_xact_ended();

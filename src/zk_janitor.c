@@ -19,6 +19,11 @@
  * back after its locks were given up deletes them rather than hold them for
  * nobody.
  *
+ * So the list is every lock node the session may own but the one an
+ * acquisition is making: the janitor keeps count of them and of the bytes
+ * of their paths, for the session's budget (zk_budget.c).  A sweep counts
+ * as one node of the longest name its uuid can have.
+ *
  * The completions (janitor_delete_done, janitor_sweep_done) and
  * zkj_kick after a reconnect run on the library's completion thread,
  * so this code uses nothing of PostgreSQL but ereport on the backend-only
@@ -32,6 +37,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "zk_layout.h"
 #include "zk_names.h"
 #include "zk_session.h"
 #include "zk_session_int.h"
@@ -58,6 +64,31 @@ typedef struct JanitorTask
 /* Protected by zks_mutex. */
 static JanitorTask *janitor_tasks = NULL;
 static bool janitor_failed = false;	/* a delete could not be kept track of */
+static int	janitor_nodes = 0;	/* tasks in the list */
+static int64 janitor_path_bytes = 0;	/* the paths of the nodes they stand for */
+
+/*
+ * The path of the node a task stands for, in bytes: a sweep's is its
+ * parent's, a uuid and the longest marker and sequence number.
+ */
+static int
+task_path_bytes(const JanitorTask *task)
+{
+	int			bytes = strlen(task->path);
+
+	if (task->sweep)
+		bytes += (int) strlen("/_c_") + ZKN_GUID_LEN +
+			(int) strlen("-read-lock-") + ZKL_SEQUENCE_MAX;
+	return bytes;
+}
+
+/* A task leaves the list (it stays allocated if in flight). */
+static void
+janitor_uncount_locked(const JanitorTask *task)
+{
+	janitor_nodes--;
+	janitor_path_bytes -= task_path_bytes(task);
+}
 
 static void janitor_send(zhandle_t *handle, JanitorTask *task);
 static void janitor_push_locked(JanitorTask *task);
@@ -76,6 +107,8 @@ janitor_free(JanitorTask *task)
 void
 zkj_clear_locked(void)
 {
+	janitor_nodes = 0;
+	janitor_path_bytes = 0;
 	while (janitor_tasks)
 	{
 		JanitorTask *task = janitor_tasks;
@@ -138,6 +171,7 @@ janitor_unlink_locked(JanitorTask *target)
 		if (*link == target)
 		{
 			*link = target->next;
+			janitor_uncount_locked(target);
 			janitor_free(target);
 			return;
 		}
@@ -318,6 +352,7 @@ janitor_send(zhandle_t *handle, JanitorTask *task)
 			if (*link == task)
 			{
 				*link = task->next;
+				janitor_uncount_locked(task);
 				if (copy)
 				{
 					janitor_push_locked(copy);
@@ -373,6 +408,31 @@ janitor_push_locked(JanitorTask *task)
 {
 	task->next = janitor_tasks;
 	janitor_tasks = task;
+	janitor_nodes++;
+	janitor_path_bytes += task_path_bytes(task);
+}
+
+/*
+ * How many lock nodes the session may own (held, or being deleted), and
+ * the bytes of their paths.  Caller holds zks_mutex.
+ */
+void
+zkj_footprint_locked(int *nodes, int64 *path_bytes)
+{
+	*nodes = janitor_nodes;
+	*path_bytes = janitor_path_bytes;
+}
+
+/* Is any node being deleted or swept (not held)?  Caller holds zks_mutex. */
+bool
+zkj_deleting_any_locked(void)
+{
+	JanitorTask *task;
+
+	for (task = janitor_tasks; task; task = task->next)
+		if (!task->held)
+			return true;
+	return false;
 }
 
 /*

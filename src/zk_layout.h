@@ -32,12 +32,14 @@
 #define ZKL_PARENT_MAX		(ZKL_ROOT_MAX + 1 + (int) (sizeof(ZKL_SEMAPHORE_SPACE) - 1) + \
 							 ZKN_ENCODED_MAX)
 
+/* Longest sequence number the server appends: a wrapped one, "-%010d". */
+#define ZKL_SEQUENCE_MAX	11
+
 /*
- * Longest contender path: <parent>/_c_<guid>-read-lock-<sequence>, where a
- * wrapped sequence takes 11 characters (a semaphore's "-sem<N>-" is no
- * longer than "-read-lock-").
+ * Longest contender path: <parent>/_c_<guid>-read-lock-<sequence> (a
+ * semaphore's "-sem<N>-" is no longer than "-read-lock-").
  */
-#define ZKL_NODE_MAX		(ZKL_PARENT_MAX + 4 + ZKN_GUID_LEN + 11 + 11)
+#define ZKL_NODE_MAX		(ZKL_PARENT_MAX + 4 + ZKN_GUID_LEN + 11 + ZKL_SEQUENCE_MAX)
 
 /* Longest path of a published wait: <root>/%waits/<session id>. */
 #define ZKL_WAIT_PATH_MAX	(ZKL_ROOT_MAX + 32)

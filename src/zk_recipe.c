@@ -56,6 +56,7 @@
 #include "miscadmin.h"
 #include "utils/timestamp.h"
 
+#include "zk_acl_check.h"
 #include "zk_deadlock.h"
 #include "zk_layout.h"
 #include "zk_queue.h"
@@ -80,7 +81,8 @@ typedef struct Acquisition
 	TimestampTz deadline;		/* 0: none */
 	bool		waited;			/* had to wait behind another contender */
 	TimestampTz deadlock_check_at;	/* 0: no deadlock check due */
-	int			deadlock_backoff;	/* checks put off: too many waiters */
+	int			deadlock_backoff;	/* checks put off since the last done */
+	bool		deadlock_too_large; /* said so in the log, for this wait */
 	ZkdWait		published;		/* our wait, once published for that check */
 	bool		timed_out;		/* the deadline passed */
 	bool		reply_lost;		/* a create may have been applied unseen */
@@ -159,19 +161,28 @@ start_deadlock_timer(Acquisition *acq)
 										zklock_deadlock_timeout);
 }
 
+/* A check put off this many times waits, and may take, 64 times as long. */
+#define MAX_DEADLOCK_BACKOFF	6
+
 /*
- * The wait-for graph had more waiting sessions than a check follows: say
- * so once per wait, and check again ever less often (twice the time each
- * time, up to 64 deadlock_timeouts), since the graph may shrink.
+ * A deadlock check could not finish: in time (the ensemble is slow or the
+ * graph large), because our watch fired, or because a cycle it saw did
+ * not hold; or the graph had more waiting sessions than a check follows,
+ * which is said once per wait.  Check again ever less often, twice the
+ * time each time up to 64 deadlock_timeouts, so that checks that cannot
+ * finish do not load the ensemble without end; each such check may take
+ * as many times zklock.connect_timeout, so that one that did not fit in
+ * its time fits at last.
  */
 static void
-check_again_later(Acquisition *acq)
+check_again_later(Acquisition *acq, bool too_large)
 {
-	if (acq->deadlock_backoff == 0)
+	if (too_large && !acq->deadlock_too_large)
 		ereport(LOG,
 				(errmsg("zklock deadlock check put off: the wait-for graph has more waiting sessions than it follows"),
 				 errdetail("Lock node \"%s\".", acq->node->path)));
-	acq->deadlock_backoff = Min(acq->deadlock_backoff + 1, 6);
+	acq->deadlock_too_large |= too_large;
+	acq->deadlock_backoff = Min(acq->deadlock_backoff + 1, MAX_DEADLOCK_BACKOFF);
 	acq->deadlock_check_at =
 		TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 									(int64) zklock_deadlock_timeout << acq->deadlock_backoff);
@@ -180,7 +191,7 @@ check_again_later(Acquisition *acq)
 /*
  * Wait for the watch; on the way, once deadlock_timeout has passed, check
  * for a deadlock (zk_deadlock.c), which may end the wait with an ERROR.  A
- * check that could not finish is tried again a deadlock_timeout later.
+ * check that could not finish is tried again later (check_again_later).
  */
 static bool
 await_watch(Acquisition *acq, uint64 generation)
@@ -200,8 +211,10 @@ await_watch(Acquisition *acq, uint64 generation)
 			acq->timed_out = true;
 			return false;
 		}
-		check_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													 zklock_connect_timeout);
+		check_deadline =
+			TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+										(int64) (zkd_test_check_ms > 0 ? zkd_test_check_ms :
+												 zklock_connect_timeout) << acq->deadlock_backoff);
 		if (acq->deadline != 0 && acq->deadline < check_deadline)
 			check_deadline = acq->deadline;
 		acq->deadlock_check_at = 0;
@@ -212,13 +225,10 @@ await_watch(Acquisition *acq, uint64 generation)
 				acq->deadlock_backoff = 0;
 				break;
 			case ZKD_AGAIN:
-				acq->deadlock_backoff = 0;
-				acq->deadlock_check_at =
-					TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-												zklock_deadlock_timeout);
+				check_again_later(acq, false);
 				break;
 			case ZKD_TOO_LARGE:
-				check_again_later(acq);
+				check_again_later(acq, true);
 				break;
 		}
 	}
@@ -342,8 +352,9 @@ create_parent_path(Acquisition *acq)
 
 		if (!await_reply(acq, req))
 			return false;
-		if (req->rc != ZOK && req->rc != ZNODEEXISTS &&
-			!zks_is_retryable(req->rc))
+		if (req->rc == ZOK)
+			zkac_created(req->path, &req->stat);
+		else if (req->rc != ZNODEEXISTS && !zks_is_retryable(req->rc))
 			zks_report_error(req->rc, ZKS_CREATE, acq->parent);
 	}
 	for (i = 0; i < acq->npath_creates; i++)
@@ -411,6 +422,7 @@ create_node(Acquisition *acq)
 {
 	int			missing_parent = 0;
 
+	zks_check_node_budget(acq->prefix);
 	for (;;)
 	{
 		int			rc;
@@ -745,6 +757,12 @@ wait_in_queue(Acquisition *acq, bool wait)
 				return false;
 			continue;
 		}
+		if (!zkac_check_parent(acq->parent, acq->slots > 0, &acq->list->stat,
+							   acq->deadline))
+		{
+			acq->timed_out = true;
+			return false;
+		}
 		if (!decide(acq, &verdict, &watches, &nwatch, &first_waiter))
 		{
 			release_request(&acq->list);
@@ -777,6 +795,7 @@ wait_in_queue(Acquisition *acq, bool wait)
 			 */
 			acq->waited = true;
 			acq->deadlock_check_at = 0;
+			acq->deadlock_backoff = 0;
 			unwatch_own(acq);
 			if (!zkd_withdraw(&acq->published) ||
 				!zks_delete_later(acq->node->path) ||

@@ -64,6 +64,12 @@ request_free_contents(ZkRequest *req)
 	for (i = 0; i < req->nchildren; i++)
 		free(req->children[i]);
 	free(req->children);
+	for (i = 0; i < req->nacl; i++)
+	{
+		free(req->acl[i].id.scheme);
+		free(req->acl[i].id.id);
+	}
+	free(req->acl);
 }
 
 static void
@@ -195,11 +201,49 @@ children_done(int rc, const struct String_vector *strings,
 	request_finish(req, rc);
 }
 
+/* Requests the backend has made, for what a deadlock check costs. */
+static uint64 requests_sent = 0;
+
+uint64
+zks_requests_sent(void)
+{
+	return requests_sent;
+}
+
+/* A node's ACL, and its Stat (its aversion says when the ACL changes). */
+static void
+acl_done(int rc, struct ACL_vector *acl, struct Stat *stat, const void *data)
+{
+	ZkRequest  *req = (ZkRequest *) data;
+
+	if (rc == ZOK && stat)
+		req->stat = *stat;
+	if (rc == ZOK && acl && acl->count > 0)
+	{
+		int			i;
+
+		req->acl = calloc(acl->count, sizeof(struct ACL));
+		if (req->acl == NULL)
+			rc = ZSYSTEMERROR;
+		for (i = 0; rc == ZOK && i < acl->count; i++)
+		{
+			req->acl[i].perms = acl->data[i].perms;
+			req->acl[i].id.scheme = strdup(acl->data[i].id.scheme);
+			req->acl[i].id.id = strdup(acl->data[i].id.id);
+			req->nacl = i + 1;
+			if (req->acl[i].id.scheme == NULL || req->acl[i].id.id == NULL)
+				rc = ZSYSTEMERROR;
+		}
+	}
+	request_finish(req, rc);
+}
+
 static ZkRequest *
 request_new(bool via_leader)
 {
 	ZkRequest  *req;
 
+	requests_sent++;
 	if (nspare_requests > 0)
 	{
 		req = spare_requests[--nspare_requests];
@@ -314,6 +358,16 @@ zks_get_data(const char *path)
 
 	return request_queued(req,
 						  zoo_aget(zks_zh, path, 0, data_done, req),
+						  ZKS_READ, path);
+}
+
+ZkRequest *
+zks_get_acl(const char *path)
+{
+	ZkRequest  *req = request_new(false);
+
+	return request_queued(req,
+						  zoo_aget_acl(zks_zh, path, acl_done, req),
 						  ZKS_READ, path);
 }
 

@@ -26,6 +26,17 @@
  * the backend waits for that thread as for any reply.  The watchdog
  * (zk_watchdog.c) starts with the handle and stops before it is closed.
  *
+ * A session that holds nothing is closed after zklock.idle_session_timeout,
+ * so that the connections a host has on the ensemble follow the backends
+ * that lock, not every backend that ever locked.  The backend parks the
+ * session when a transaction ends with no lock node of its own in use
+ * (zks_set_idle), and takes it back before it next sends anything
+ * (unpark).  While it is parked the backend only reads its state, and
+ * the watchdog, the one thread that is awake then, closes the handle once
+ * the idle time has passed (zks_close_idle_locked).  The backend then finds
+ * it closed (absorb_idle_close), as if it had closed it itself, and its
+ * next lock opens a new session, as the first one did.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -51,6 +62,33 @@ ZksLink		zks_link;
 /* Handles being closed on a thread of their own (zks_close); zks_mutex. */
 static int	closers_running = 0;
 static pthread_cond_t closers_done = PTHREAD_COND_INITIALIZER;
+
+/*
+ * The idle close.  parked, idle_since and idle_close_ms are written by the
+ * backend, under zks_mutex; idle_close by the watchdog as it closes, and
+ * by the backend once it has taken notice, under zks_mutex too.  The
+ * backend alone writes parked_here, its own copy of parked, and reads it
+ * without the mutex: the watchdog closes nothing that is not parked.
+ */
+typedef enum IdleClose
+{
+	IDLE_OPEN,					/* not closed for idleness */
+	IDLE_CLOSING,				/* the watchdog is closing the handle */
+	IDLE_CLOSED					/* ... and has closed it */
+} IdleClose;
+
+static bool parked = false;
+static bool parked_here = false;
+static struct timespec idle_since;
+static int	idle_close_ms = 0;
+static IdleClose idle_close = IDLE_OPEN;
+static pthread_cond_t idle_close_done = PTHREAD_COND_INITIALIZER;
+static bool pinned = false;		/* a parked handle is read by the backend */
+
+static void absorb_idle_close(void);
+static void unpark(void);
+static bool pin_handle(void);
+static void unpin_handle(void);
 
 static int64 session_id = 0;
 static bool handle_uses_tls = false;	/* the open handle was made for TLS */
@@ -132,9 +170,14 @@ zks_session_watcher(zhandle_t *handle, int type, int state, const char *path,
 const char *
 zks_current_server(void)
 {
-	if (zks_zh == NULL || zks_state() != ZKS_CONNECTED)
+	const char *server = NULL;
+
+	if (!pin_handle())
 		return NULL;
-	return zoo_get_current_server(zks_zh);
+	if (zks_state() == ZKS_CONNECTED)
+		server = zoo_get_current_server(zks_zh);
+	unpin_handle();
+	return server;
 }
 
 int
@@ -167,6 +210,7 @@ zks_state(void)
 {
 	ZksState	state;
 
+	absorb_idle_close();
 	if (zks_zh == NULL)
 		return ZKS_LOST;
 	pthread_mutex_lock(&zks_mutex);
@@ -198,7 +242,8 @@ zks_show_state_locked(void)
 
 	if (shown_state == NULL)
 		return;
-	now_shown = zks_zh == NULL ? ZKS_SHOWN_CLOSED : ZKS_SHOWN_OPEN + state_locked();
+	now_shown = zks_zh == NULL || idle_close != IDLE_OPEN ? ZKS_SHOWN_CLOSED :
+		ZKS_SHOWN_OPEN + state_locked();
 	if (pg_atomic_read_u32(shown_state) == now_shown)
 		return;
 	pg_atomic_write_u32(shown_since, (uint32) time(NULL));
@@ -227,7 +272,7 @@ zks_show_state_in(pg_atomic_uint32 *state, pg_atomic_uint32 *since)
 bool
 zks_is_lost(void)
 {
-	return zks_zh != NULL && zks_state() == ZKS_LOST;
+	return zks_is_open() && zks_state() == ZKS_LOST;
 }
 
 /*
@@ -281,6 +326,7 @@ prepare_backend_resources(void)
 bool
 zks_is_open(void)
 {
+	absorb_idle_close();
 	return zks_zh != NULL;
 }
 
@@ -297,11 +343,18 @@ zks_uses_tls(void)
 	return zks_zh != NULL && handle_uses_tls;
 }
 
-/* The session password, for fault tests that expire the session. */
-void
+/*
+ * The session password, for fault tests that expire the session; false if
+ * no session is open.
+ */
+bool
 zks_session_password(char passwd[16])
 {
+	if (!pin_handle())
+		return false;
 	memcpy(passwd, zoo_client_id(zks_zh)->passwd, 16);
+	unpin_handle();
+	return true;
 }
 
 /*
@@ -505,7 +558,7 @@ open_handle(TimestampTz deadline)
 	}
 	opener->tls = tls;
 	handle_uses_tls = tls != NULL;
-	zkcl_forget_tls_failure();
+	zkcl_forget_failures();
 	opener->timeout = zkset_session_timeout();
 	zoo_set_debug_level((ZooLogLevel) zkset_client_log_level());
 
@@ -559,6 +612,7 @@ zks_open(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("zklock.hosts is not set"),
 				 errhint("Set zklock.hosts to the ZooKeeper connect string, for example \"zk1:2181,zk2:2181,zk3:2181\", in postgresql.conf.")));
+	unpark();
 	if (zks_zh != NULL && session_id != 0 && !zks_is_lost())
 		return;
 
@@ -576,10 +630,12 @@ zks_open(void)
 	if (!zks_await_connected(deadline))
 	{
 		char	   *hosts = pstrdup(zkset_opened_hosts());
-		char		failure[ZKCL_TLS_FAILURE_SIZE] = "";
+		char		failure[ZKCL_FAILURE_SIZE] = "";
+		char		closed[ZKCL_FAILURE_SIZE] = "";
 
 		if (handle_uses_tls)
 			zkcl_tls_failure(failure, sizeof(failure));
+		zkcl_closed_by_server(closed, sizeof(closed));
 		zks_close();
 		if (failure[0] != '\0')
 			ereport(ERROR,
@@ -588,6 +644,18 @@ zks_open(void)
 							hosts, zklock_connect_timeout),
 					 errdetail("The TLS handshake failed: %s", failure),
 					 errhint("Check that zklock.tls_ca holds the CA that signed the servers' certificates, that the servers trust the CA of zklock.tls_cert, and that zklock.hosts names their TLS ports.")));
+
+		/*
+		 * Taken and closed at once, without a word: the server's limit of
+		 * connections per client host, or a server that is not serving.
+		 * Waiting longer would not help, so the hint does not say so.
+		 */
+		if (closed[0] != '\0')
+			ereport(ERROR,
+					(errcode(ERRCODE_SQLSERVER_REJECTED_ESTABLISHMENT_OF_SQLCONNECTION),
+					 errmsg("ZooKeeper at \"%s\" refused the connection", hosts),
+					 errdetail("A server closed the connection before a session was made; the client library said: %s", closed),
+					 errhint("A server does so when this host already has maxClientCnxns connections to it (60 by default), or when it is not serving.  Raise maxClientCnxns in the servers' configuration, or lower zklock.idle_session_timeout so that backends holding nothing close their sessions sooner; the servers' logs say which.")));
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("could not connect to ZooKeeper at \"%s\" within %d ms",
@@ -625,8 +693,10 @@ closer_main(void *arg)
 void
 zks_close(void)
 {
-	zhandle_t  *handle = zks_zh;
+	zhandle_t  *handle;
 
+	absorb_idle_close();
+	handle = zks_zh;
 	zkwd_stop();
 	if (handle == NULL)
 		return;
@@ -635,6 +705,7 @@ zks_close(void)
 	zks_zh = NULL;
 	zks_link.generation++;
 	zkj_clear_locked();
+	parked = parked_here = false;
 	zks_show_state_locked();
 	pthread_mutex_unlock(&zks_mutex);
 
@@ -662,4 +733,163 @@ zks_close(void)
 	if (handle != NULL)
 		zookeeper_close(handle);
 	session_id = 0;
+}
+
+/*
+ * A transaction ended with no lock node of this backend's in use: park the
+ * session, so that the watchdog closes it once it has been idle for
+ * zklock.idle_session_timeout.  A session parked already keeps the time it
+ * was parked.  Never raises an ERROR nor allocates: transaction end calls
+ * this.
+ */
+void
+zks_set_idle(void)
+{
+	int			timeout = zkset_idle_session_timeout();
+
+	if (parked_here || zks_zh == NULL || timeout <= 0)
+		return;
+	pthread_mutex_lock(&zks_mutex);
+	parked = parked_here = true;
+	clock_gettime(CLOCK_MONOTONIC, &idle_since);
+	idle_close_ms = timeout;
+	zkwd_wake_locked();
+	pthread_mutex_unlock(&zks_mutex);
+}
+
+/*
+ * The watchdog closed the parked session: finish the close here, as
+ * zks_close would have.  Caller holds zks_mutex, which this releases.
+ * Neither raises an ERROR nor allocates, as zks_close may not.
+ */
+static void
+forget_idle_closed_locked(void)
+{
+	idle_close = IDLE_OPEN;
+	parked = parked_here = false;
+	zks_zh = NULL;
+	zkj_clear_locked();
+	zks_show_state_locked();
+	pthread_mutex_unlock(&zks_mutex);
+	/* The watchdog has left its loop: this only joins it. */
+	zkwd_stop();
+	session_id = 0;
+}
+
+/*
+ * If the watchdog closed the parked session, or is closing it, take notice:
+ * wait for it to finish, and find the session closed.  Costs nothing while
+ * the session is not parked.
+ */
+static void
+absorb_idle_close(void)
+{
+	if (!parked_here)
+		return;
+	pthread_mutex_lock(&zks_mutex);
+	while (idle_close == IDLE_CLOSING)
+		pthread_cond_wait(&idle_close_done, &zks_mutex);
+	if (idle_close == IDLE_CLOSED)
+		forget_idle_closed_locked();
+	else
+		pthread_mutex_unlock(&zks_mutex);
+}
+
+/*
+ * The backend is about to use the session: it is no longer idle, and the
+ * watchdog leaves it alone until the next transaction ends with nothing
+ * held.  A session the watchdog closed first is found closed.
+ */
+static void
+unpark(void)
+{
+	if (!parked_here)
+		return;
+	pthread_mutex_lock(&zks_mutex);
+	while (idle_close == IDLE_CLOSING)
+		pthread_cond_wait(&idle_close_done, &zks_mutex);
+	if (idle_close == IDLE_CLOSED)
+	{
+		forget_idle_closed_locked();
+		return;
+	}
+	parked = parked_here = false;
+	pthread_mutex_unlock(&zks_mutex);
+}
+
+/*
+ * Keep the watchdog from closing a parked handle while the backend reads
+ * it without using the session (zks_current_server): the session stays
+ * parked, and its idle time runs on.  False if there is no handle.
+ */
+static bool
+pin_handle(void)
+{
+	if (!parked_here)
+		return zks_zh != NULL;
+	pthread_mutex_lock(&zks_mutex);
+	while (idle_close == IDLE_CLOSING)
+		pthread_cond_wait(&idle_close_done, &zks_mutex);
+	if (idle_close == IDLE_CLOSED)
+	{
+		forget_idle_closed_locked();
+		return false;
+	}
+	pinned = true;
+	pthread_mutex_unlock(&zks_mutex);
+	return true;
+}
+
+/* The backend alone writes pinned, so it may read it without the mutex. */
+static void
+unpin_handle(void)
+{
+	if (!pinned)
+		return;
+	pthread_mutex_lock(&zks_mutex);
+	pinned = false;
+	zkwd_wake_locked();
+	pthread_mutex_unlock(&zks_mutex);
+}
+
+/*
+ * For the watchdog: when the parked session is to be closed, in *due;
+ * false if it is not parked, or is pinned.  Caller holds zks_mutex.
+ */
+bool
+zks_idle_deadline_locked(struct timespec *due)
+{
+	if (!parked || pinned || idle_close != IDLE_OPEN || zks_zh == NULL)
+		return false;
+	*due = idle_since;
+	due->tv_sec += idle_close_ms / 1000;
+	due->tv_nsec += (long) (idle_close_ms % 1000) * 1000000;
+	if (due->tv_nsec >= 1000000000)
+	{
+		due->tv_sec++;
+		due->tv_nsec -= 1000000000;
+	}
+	return true;
+}
+
+/*
+ * For the watchdog, once the idle time has passed: close the parked
+ * session's handle.  Its events and completions are ignored from now on,
+ * as for any handle closed.  The mutex is released while the library
+ * closes; the backend, should it need the session meanwhile, waits for the
+ * close to finish (unpark).  Caller holds zks_mutex.
+ */
+void
+zks_close_idle_locked(void)
+{
+	zhandle_t  *handle = zks_zh;
+
+	idle_close = IDLE_CLOSING;
+	zks_link.generation++;
+	zks_show_state_locked();
+	pthread_mutex_unlock(&zks_mutex);
+	zookeeper_close(handle);
+	pthread_mutex_lock(&zks_mutex);
+	idle_close = IDLE_CLOSED;
+	pthread_cond_broadcast(&idle_close_done);
 }

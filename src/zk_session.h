@@ -4,8 +4,9 @@
  *	  The backend's one ZooKeeper session: opening it (zk_session.c),
  *	  sending asynchronous requests (zk_requests.c), waiting for their
  *	  replies and for watches (zk_wait.c), noticing its loss (zk_watchdog.c),
- *	  its settings (zk_settings.c), and the janitor that makes sure
- *	  abandoned lock nodes are deleted (zk_janitor.c).
+ *	  its settings (zk_settings.c), the janitor that makes sure
+ *	  abandoned lock nodes are deleted (zk_janitor.c), and the budget of
+ *	  nodes it may have (zk_budget.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -41,6 +42,8 @@ typedef struct ZkRequest
 	char	  **children;
 	char	   *data;			/* get_data */
 	int			datalen;
+	struct ACL *acl;			/* get_acl */
+	int			nacl;
 } ZkRequest;
 
 /* For the fault tests only: see zks_keep_node. */
@@ -78,6 +81,7 @@ typedef enum ZksState
 /* zk_session.c: the session's life and state */
 extern void zks_open(void);
 extern void zks_close(void);
+extern void zks_set_idle(void);
 extern bool zks_is_open(void);
 extern ZksState zks_state(void);
 extern bool zks_is_lost(void);
@@ -85,7 +89,7 @@ extern void zks_show_state_in(pg_atomic_uint32 *state, pg_atomic_uint32 *since);
 extern uint64 zks_connection_count(void);
 extern int64 zks_session_id(void);
 extern bool zks_uses_tls(void);
-extern void zks_session_password(char passwd[16]);
+extern bool zks_session_password(char passwd[16]);
 extern const char *zks_current_server(void);
 extern int	zks_negotiated_timeout(void);
 
@@ -97,6 +101,7 @@ extern ZkRequest *zks_get_children_synced(const char *path);
 extern ZkRequest *zks_exists(const char *path);
 extern ZkRequest *zks_exists_synced(const char *path);
 extern ZkRequest *zks_get_data(const char *path);
+extern ZkRequest *zks_get_acl(const char *path);
 extern ZkRequest *zks_watch_data(const char *path);
 extern ZkRequest *zks_set_data(const char *path, const char *data, int datalen);
 extern void zks_remove_watch(const char *path);
@@ -105,6 +110,7 @@ extern ZkRequest *zks_watch_then_list(const char *watched, const char *parent,
 extern ZkRequest *zks_take_listing(bool *deleted);
 extern void zks_cancel_listing(void);
 extern void zks_release_request(ZkRequest *req);
+extern uint64 zks_requests_sent(void);
 pg_noreturn extern void zks_report_error(int rc, ZksOperation op, const char *path);
 
 /*
@@ -138,6 +144,10 @@ extern const char *zks_loss_reason(void);
 /* zk_settings.c */
 extern void zks_define_settings(void);
 extern bool zks_settings_changed(void);
+extern const char *zks_credentials_id(void);
+
+/* zk_budget.c: the nodes a session may have */
+extern void zks_check_node_budget(const char *prefix);
 
 /* zk_janitor.c: deleting the nodes given up */
 extern void zks_keep_node(const char *path);

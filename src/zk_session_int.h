@@ -12,6 +12,8 @@
  *	  zk_watchdog.c		the contact clock, the loss watchdog and its
  *						cancels, the lease, the leader sync
  *	  zk_janitor.c		deleting the nodes a backend gives up
+ *	  zk_budget.c		how many lock nodes, and bytes of their paths,
+ *						a session may have
  *	  zk_settings.c		the settings a session is made with, its
  *						credentials and TLS files
  *	  zk_client_log.c	the library's own messages (no API of its own)
@@ -76,6 +78,8 @@ zks_generation_context(uint64 generation)
 extern void zks_session_watcher(zhandle_t *handle, int type, int state,
 								const char *path, void *context);
 extern void zks_show_state_locked(void);
+extern bool zks_idle_deadline_locked(struct timespec *due);
+extern void zks_close_idle_locked(void);
 extern bool zks_start_thread(pthread_t *thread, void *(*main) (void *),
 							 void *arg);
 
@@ -130,20 +134,27 @@ extern const char *zkset_hosts(void);
 extern int	zkset_session_timeout(void);
 extern int	zkset_client_log_level(void);
 extern char *zkset_tls_argument(void);
+extern int	zkset_idle_session_timeout(void);
 extern void zkset_remember_opened(void);
 extern const char *zkset_opened_hosts(void);
 extern void zkset_authenticate(void);
 
 /* zk_client_log.c: the library's messages; zkcl_log on any thread */
-#define ZKCL_TLS_FAILURE_SIZE	256
+#define ZKCL_FAILURE_SIZE	256
 extern void zkcl_log(const char *message);
-extern void zkcl_forget_tls_failure(void);
+extern void zkcl_forget_failures(void);
 extern void zkcl_tls_failure(char *buf, size_t size);
+extern void zkcl_closed_by_server(char *buf, size_t size);
 
 /* zk_janitor.c, for the session */
 extern void zkj_kick(zhandle_t *handle);
 extern void zkj_clear_locked(void);
 extern void zkj_release_held_locked(void);
 extern bool zkj_busy_locked(void);
+extern void zkj_footprint_locked(int *nodes, int64 *path_bytes);
+extern bool zkj_deleting_any_locked(void);
+
+/* zk_budget.c */
+extern void zkb_define_settings(void);
 
 #endif							/* ZK_SESSION_INT_H */

@@ -3,7 +3,8 @@
  * zk_settings.c
  *	  The settings a ZooKeeper session is made with: where it connects, as
  *	  whom (digest credentials and the ACL of the nodes it creates) and over
- *	  what (TLS), and whether the open session still matches them.
+ *	  what (TLS), and whether the open session still matches them; and how
+ *	  long it may stay open holding nothing.
  *
  * Everything here runs on the backend's own thread, under PostgreSQL's
  * rules: the client library's threads never read a setting.  What a
@@ -20,6 +21,7 @@
  */
 #include "postgres.h"
 
+#include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #ifdef HAVE_OPENSSL_H
@@ -27,6 +29,9 @@
 #include <openssl/ssl.h>
 #endif
 
+#include "common/base64.h"
+#include "common/cryptohash.h"
+#include "common/sha1.h"
 #include "storage/fd.h"
 #include "utils/guc.h"
 
@@ -46,6 +51,7 @@ static char *zklock_tls_ca = NULL;
 static char *zklock_tls_cert = NULL;
 static char *zklock_tls_key = NULL;
 static char *zklock_tls_key_password = NULL;
+static int	zklock_idle_session_timeout;
 
 static const struct config_enum_entry client_log_levels[] = {
 	{"error", ZOO_LOG_LEVEL_ERROR, false},
@@ -107,6 +113,46 @@ static SessionSettings opened;
  */
 static struct ACL creator_acl_entries[2];
 struct ACL_vector zks_node_acl;
+
+/*
+ * Who the session's credentials make it in ACLs: "digest" and
+ * "user:base64(sha1(user:password))", as the server stores the creator's
+ * id; NULL without credentials.  Never shown: it is as good as the
+ * password to one who guesses passwords offline.
+ */
+static char *credentials_id = NULL;
+
+/* The id of "user:password" in digest ACLs; ERROR if it cannot be made. */
+static char *
+digest_id(const char *credentials)
+{
+	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA1);
+	uint8		hash[SHA1_DIGEST_LENGTH];
+	char		encoded[64];
+	int			len;
+
+	if (ctx == NULL || pg_cryptohash_init(ctx) < 0 ||
+		pg_cryptohash_update(ctx, (const uint8 *) credentials,
+							 strlen(credentials)) < 0 ||
+		pg_cryptohash_final(ctx, hash, sizeof(hash)) < 0)
+	{
+		pg_cryptohash_free(ctx);
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not compute the ZooKeeper digest of the zklock credentials")));
+	}
+	pg_cryptohash_free(ctx);
+	len = pg_b64_encode(ZK_B64_BYTES(hash), sizeof(hash), encoded,
+						sizeof(encoded) - 1);
+	explicit_bzero(hash, sizeof(hash));
+	if (len < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not compute the ZooKeeper digest of the zklock credentials")));
+	encoded[len] = '\0';
+	return psprintf("%.*s:%s", (int) (strchr(credentials, ':') - credentials),
+					credentials, encoded);
+}
 
 /*
  * Open a file named by a setting; ERROR if it cannot be read.  With secret,
@@ -297,7 +343,15 @@ zks_define_settings(void)
 							 PGC_SUSET,
 							 0,
 							 NULL, int_setting_assigned, NULL);
-
+	DefineCustomIntVariable("zklock.idle_session_timeout",
+							"Sets how long a backend's ZooKeeper session may stay open while it holds and waits for nothing.",
+							"Past it the session is closed, freeing its connection to the ensemble; the next lock call opens a new one.  0 keeps it open until the backend exits.",
+							&zklock_idle_session_timeout,
+							10000, 0, INT_MAX,
+							PGC_SUSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	zkb_define_settings();
 }
 
 static const char *
@@ -462,6 +516,11 @@ zkset_authenticate(void)
 				 errmsg("zklock.auth and zklock.auth_file are both set"),
 				 errhint("Set only one of them, preferably zklock.auth_file.")));
 	}
+	if (credentials_id != NULL)
+	{
+		pfree(credentials_id);
+		credentials_id = NULL;
+	}
 	if (opened.auth[0] == '\0' && opened.auth_file[0] == '\0')
 	{
 		zks_node_acl = ZOO_OPEN_ACL_UNSAFE;
@@ -476,8 +535,13 @@ zkset_authenticate(void)
 
 	PG_TRY();
 	{
+		char	   *id;
+
 		credentials = opened.auth[0] != '\0' ? pstrdup(opened.auth) :
 			read_auth_file(opened.auth_file);
+		id = digest_id(credentials);
+		credentials_id = MemoryContextStrdup(zk_memory(), id);
+		pfree(id);
 	}
 	PG_CATCH();
 	{
@@ -515,6 +579,13 @@ int
 zkset_client_log_level(void)
 {
 	return zklock_client_log_level;
+}
+
+/* Read at transaction end: a plain read, which never fails. */
+int
+zkset_idle_session_timeout(void)
+{
+	return zklock_idle_session_timeout;
 }
 
 /*
@@ -576,4 +647,14 @@ zks_settings_changed(void)
 		return true;
 	opened.generation = settings_generation;
 	return false;
+}
+
+/*
+ * The id the open session's credentials have in digest ACLs, "user:hash";
+ * NULL if it has none.
+ */
+const char *
+zks_credentials_id(void)
+{
+	return credentials_id;
 }

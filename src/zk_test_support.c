@@ -32,9 +32,9 @@ zk_test_session_credentials(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("must be superuser to read ZooKeeper session credentials")));
-	if (!zks_is_open() || zks_session_id() == 0)
+	if (!zks_is_open() || zks_session_id() == 0 ||
+		!zks_session_password(passwd))
 		PG_RETURN_NULL();
-	zks_session_password(passwd);
 	passwd_hex[hex_encode(passwd, sizeof(passwd), passwd_hex)] = '\0';
 	PG_RETURN_TEXT_P(cstring_to_text(psprintf("%llx:%s",
 											  (unsigned long long) zks_session_id(),
@@ -73,6 +73,24 @@ zk_test_deadlock_max_members(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("must be superuser to limit deadlock checks")));
 	zkd_test_max_members = Max(1, Min(PG_GETARG_INT32(0), ZKD_MAX_MEMBERS));
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(zk_test_deadlock_check_time);
+
+/*
+ * Give this backend's deadlock checks this many milliseconds, instead of
+ * zklock.connect_timeout (0: that again), so that a test can make them run
+ * out of time.
+ */
+Datum
+zk_test_deadlock_check_time(PG_FUNCTION_ARGS)
+{
+	if (!superuser())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be superuser to limit deadlock checks")));
+	zkd_test_check_ms = Max(PG_GETARG_INT32(0), 0);
 	PG_RETURN_VOID();
 }
 

@@ -21,7 +21,9 @@
  * answered within the last third of T.
  *
  * The watchdog is a plain thread, started with the handle and stopped
- * before it is closed.  What it and the completions that move the clock
+ * before it is closed.  It is also the thread that closes a session that
+ * has held nothing for zklock.idle_session_timeout (zk_session.c), and
+ * ends once it has.  What it and the completions that move the clock
  * run here runs under zks_mutex and uses nothing of PostgreSQL.  The
  * backend's own are zks_confirm_contact, take_back_loss_cancel,
  * zks_loss_reason and zkwd_prepare, zkwd_start and zkwd_stop; the
@@ -386,6 +388,20 @@ zks_loss_reason(void)
 	return reason;
 }
 
+/*
+ * Sleep until woken, or until the parked session's idle close is due if it
+ * is parked.  Caller holds zks_mutex.
+ */
+static void
+sleep_locked(bool idle, const struct timespec *idle_due)
+{
+	zks_show_state_locked();
+	if (idle)
+		pthread_cond_timedwait(&watchdog_cond, &zks_mutex, idle_due);
+	else
+		pthread_cond_wait(&watchdog_cond, &zks_mutex);
+}
+
 static void *
 watchdog_main(void *arg)
 {
@@ -395,8 +411,21 @@ watchdog_main(void *arg)
 		struct timespec now;
 		struct timespec until;
 		struct timespec beat_due;
+		struct timespec idle_due;
+		bool		idle;
 
 		clock_gettime(CLOCK_MONOTONIC, &now);
+
+		/*
+		 * A session that has held nothing for zklock.idle_session_timeout
+		 * is closed, lost or not; this thread's work for it is then done.
+		 */
+		idle = zks_idle_deadline_locked(&idle_due);
+		if (idle && !later(&idle_due, &now))
+		{
+			zks_close_idle_locked();
+			break;
+		}
 		/*
 		 * A lease never runs out during a commit: the commit checks passed
 		 * while it held, and the nodes must stay until the commit is
@@ -438,14 +467,12 @@ watchdog_main(void *arg)
 					continue;
 				}
 			}
-			zks_show_state_locked();
-			pthread_cond_wait(&watchdog_cond, &zks_mutex);
+			sleep_locked(idle, &idle_due);
 			continue;
 		}
 		if (!zks_link.ever_connected || zks_link.negotiated_timeout <= 0)
 		{
-			zks_show_state_locked();
-			pthread_cond_wait(&watchdog_cond, &zks_mutex);
+			sleep_locked(idle, &idle_due);
 			continue;
 		}
 		/*
@@ -467,6 +494,8 @@ watchdog_main(void *arg)
 			until = beat_due;
 		if (lease_armed && !committing && later(&until, &lease_deadline))
 			until = lease_deadline;
+		if (idle && later(&until, &idle_due))
+			until = idle_due;
 		zks_show_state_locked();
 		pthread_cond_timedwait(&watchdog_cond, &zks_mutex, &until);
 	}

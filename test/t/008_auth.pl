@@ -66,6 +66,87 @@ unlike($err, qr/guess|\Q$password\E/, 'that names no password');
 is($out, 'still usable', 'and the backend keeps working');
 $w->quit;
 
+# --- a root or a parent made by others -----------------------------------
+#
+# ZooKeeper checks a delete against the parent's ACL: under a root or a
+# parent with an open ACL, a client without credentials could delete a
+# holder's node and let a second holder in.  zklock refuses to use them.
+my $v = zk_session($node);
+$v->query_safe('\set VERBOSITY verbose');
+# Names of this run's own: what a client makes by hand outlives the test.
+my $open_root = "/zklock_t008_open_$$";
+ZkTest::zkinspect('create', "$open_root/victim");
+($out, $err) = run_sql($v, "SET zklock.root = '$open_root'; SELECT zk_lock('victim')");
+like($err, qr/ERROR:  55000: ZooKeeper node "\Q$open_root\E" lets clients without zklock's credentials delete lock nodes/,
+	'a root made with an open ACL by a client without credentials is refused');
+like($err, qr/DETAIL:  Its ACL grants "cdrwa" to world:anyone/, 'the DETAIL names the entry');
+like($err, qr/HINT:  .*setAcl \Q$open_root\E auth::cdrwa/, 'the HINT says how to fix it');
+is(scalar(ZkTest::zk_children("$open_root/victim")), 0, 'the refused lock leaves no node');
+($out) = run_sql($v, "SELECT 'still usable'");
+is($out, 'still usable', 'and the backend keeps working');
+
+# A root whose administrator lets anyone create under it (and nothing
+# more): a client without credentials makes a lock's parent there first,
+# with an open ACL.
+my $shared_root = "/zklock_t008_shared_$$";
+{
+	local $ENV{ZKINSPECT_AUTH} = "zkuser:$password";
+	ZkTest::zkinspect('create', $shared_root);
+	ZkTest::zkinspect('set-acl', $shared_root, 'c');
+}
+ZkTest::zkinspect('create', "$shared_root/victim");
+($out, $err) = run_sql($v, "SET zklock.root = '$shared_root'; SELECT zk_lock('victim')");
+like($err, qr/ERROR:  55000: ZooKeeper node "\Q$shared_root\E\/victim" lets clients without zklock's credentials delete lock nodes/,
+	'a lock parent made first by a client without credentials is refused');
+($out, $err) = run_sql($v, "SELECT zk_lock('other_name'), zk_unlock('other_name')");
+is("$out$err", '|t', 'while the root itself, closed to deletes, is used');
+
+# A parent under zklock's own root, made by a peer with the credentials
+# but an open ACL.
+{
+	local $ENV{ZKINSPECT_AUTH} = "zkuser:$password";
+	ZkTest::zkinspect('create', "$root/squatted_$$");
+}
+($out, $err) = run_sql($v, "RESET zklock.root; SELECT zk_lock('squatted_$$')");
+like($err, qr/ERROR:  55000: ZooKeeper node "\Q$root\E\/squatted_\Q$$\E" lets clients without zklock's credentials delete lock nodes/,
+	'a lock parent with an open ACL is refused');
+{
+	local $ENV{ZKINSPECT_AUTH} = "zkuser:$password";
+	is(scalar(ZkTest::zk_children("$root/squatted_$$")), 0, 'and gets no node');
+	# The fix the HINT gives: the credentials' ACL alone.
+	ZkTest::zkinspect('set-acl', "$root/squatted_$$");
+}
+($out, $err) = run_sql($v, "SELECT zk_lock('squatted_$$')");
+is($err, '', 'once its ACL is set right, zklock reads it again and locks');
+my @squatted = do {
+	local $ENV{ZKINSPECT_AUTH} = "zkuser:$password";
+	zk_contenders("$root/squatted_$$");
+};
+is(ZkTest::zkinspect('try-delete', "$root/squatted_$$/$squatted[0]"), "NoAuthError\n",
+	'and a client without credentials cannot delete the holder\'s node');
+run_sql($v, "SELECT zk_unlock('squatted_$$')");
+
+# The verdict is kept: a parent made by another backend costs one read of
+# its ACL, the first time only.
+sub requests_of
+{
+	my ($s, $sql) = @_;
+	my ($server) = run_sql($s, 'SELECT server FROM zk_status()');
+	my ($id) = run_sql($s, 'SELECT session_id FROM zk_status()');
+	my $before = zk_session_last_xid($server, $id);
+	run_sql($s, $sql);
+	return zk_session_last_xid($server, $id) - $before;
+}
+my $keeper = zk_session($node);
+run_sql($keeper, "SELECT zk_lock_shared('kept_parent')");
+my $cycle = "SELECT zk_lock_shared('kept_parent'); SELECT zk_unlock_shared('kept_parent')";
+my $first = requests_of($v, $cycle);
+my $second = requests_of($v, $cycle);
+is($first, $second + 1, 'a parent made by another backend: its ACL read once');
+is(requests_of($v, $cycle), $second, 'and never again');
+run_sql($keeper, "SELECT zk_unlock_shared('kept_parent')");
+$_->quit for ($v, $keeper);
+
 # Only superusers can set or see the credentials.
 for my $sql ("SHOW zklock.auth", "SELECT current_setting('zklock.auth')",
 	"SET zklock.auth = 'x:y'")

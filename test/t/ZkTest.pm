@@ -43,11 +43,12 @@ sub zk_cluster
 }
 
 # A psql session that keeps going after an error, so a cancelled query can
-# be followed by more.
+# be followed by more; as $user if given.
 sub zk_session
 {
-	my ($node, $dbname) = @_;
-	my $s = $node->background_psql($dbname // 'postgres', on_error_stop => 0);
+	my ($node, $dbname, $user) = @_;
+	my $s = $node->background_psql($dbname // 'postgres', on_error_stop => 0,
+		extra_params => $user ? [ '-U', $user ] : []);
 	$s->set_query_timer_restart();
 	my $pid = $s->query_safe('SELECT pg_backend_pid()');
 	chomp $pid;
@@ -124,8 +125,10 @@ sub zkinspect
 	my (@args) = @_;
 	local $ENV{ZKINSPECT_AUTH} = $ENV{ZKINSPECT_AUTH};
 	my ($stdout, $stderr);
+	# An ensemble that takes connections but never serves would hold it.
 	IPC::Run::run([ '/usr/bin/python3', "$src/test/tools/zkinspect.py",
-			$hosts, @args ], '>', \$stdout, '2>', \$stderr)
+			$hosts, @args ], '>', \$stdout, '2>', \$stderr,
+		IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default))
 	  or die "zkinspect @args failed (exit " . ($? >> 8) . "): $stderr";
 	return $stdout;
 }

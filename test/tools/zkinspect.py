@@ -19,6 +19,9 @@ Usage: zkinspect.py HOSTS COMMAND PATH [ARGS]
   try-children PATH          likewise for listing PATH's children: the
                              sorted names, one per line, or the error's
                              class name
+  set-acl PATH [PERMS]       give PATH an ACL that grants everything to the
+                             digest credentials of ZKINSPECT_AUTH, and
+                             PERMS ("c", "cr", ...) to anyone (none: nothing)
   expire SESSION:PASSWORD    join the session with this id and password
                              (both hex) and close it, which expires it for
                              its owner, as Curator's tests do
@@ -40,6 +43,7 @@ import time
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, NodeExistsError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.security import make_acl, make_digest_acl
 
 CONNECT_TIMEOUT_S = 10.0
 
@@ -103,7 +107,7 @@ def main(argv):
     nargs = {"children": 0, "get": 0, "stat": 0, "tree": 0,
              "delete": 0, "wait-children": 2, "expire": 0,
              "try-delete": 0, "try-set": 1, "try-children": 0}
-    if cmd == "create":
+    if cmd in ("create", "set-acl"):
         if len(args) > 1:
             usage()
     elif cmd not in nargs or len(args) != nargs[cmd]:
@@ -173,6 +177,18 @@ def main(argv):
                 print("ok")
             except Exception as e:  # the class name is the answer
                 print(type(e).__name__)
+        elif cmd == "set-acl":
+            auth = os.environ.get("ZKINSPECT_AUTH")
+            if not auth:
+                fail("set-acl needs ZKINSPECT_AUTH", 2)
+            user, password = auth.split(":", 1)
+            acl = [make_digest_acl(user, password, all=True)]
+            if args:
+                perms = {"c": "create", "d": "delete", "r": "read", "w": "write",
+                         "a": "admin"}
+                acl.append(make_acl("world", "anyone",
+                                    **{perms[p]: True for p in args[0]}))
+            zk.retry(zk.set_acls, path, acl)
         elif cmd == "delete":
             if zk.retry(zk.exists, path) is None:
                 fail("%s: no such node" % path, MISSING)
