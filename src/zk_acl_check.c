@@ -10,28 +10,43 @@
  * anyone, or before credentials were set: with an open ACL there, a client
  * without credentials can delete a holder's node, and the next waiter is
  * granted while the holder still works under the lock.  So before the
- * recipe decides anything from a queue, its parent and the root above it
- * must grant DELETE to no one but the credentials' own digest id, nor
- * ADMIN, with which one could grant oneself DELETE.  Others may still be
- * granted READ, WRITE (the parent's data, which zklock does not use) and
- * CREATE: a node created by hand can delay the queue, as any contender
- * can, but not let two holders in.
+ * recipe decides anything from a queue, its parent and the root must grant
+ * DELETE to no one but zklock itself, nor ADMIN, with which one could grant
+ * oneself DELETE; and the parent must grant zklock DELETE, or its nodes
+ * would stay after their release.  Others may still be granted READ, WRITE
+ * (the parent's data, which zklock does not use) and CREATE: a node made
+ * by hand can delay the queue, as any contender can, but not let two
+ * holders in.  A semaphore's parent, <root>/%semaphores/<name>, is judged
+ * the same way; %semaphores itself guards nothing but empty parents.
  *
- * The verdict is kept for the backend.  A parent's listing returns its
- * Stat, and a parent is trusted while its czxid and aversion are those its
- * ACL was read with: one made anew (a container the server reaped, then a
+ * Who zklock is: the ids the server puts in the ACL of a node it creates
+ * with the creator-all ACL, which are every id its session authenticated
+ * as (the digest of its credentials, and over TLS its certificate's x509
+ * id).  They are read once from the ACL of a node the backend just made,
+ * its contender node, the first time a judgement needs them; "world" is
+ * never one of them.  A server shows digest ids in full only to those with
+ * ADMIN on the node: zklock cannot tell its own id from another's without
+ * it, and refuses the node.
+ *
+ * The verdicts are kept for the backend, and forgotten when it opens a
+ * session as someone else (other hosts, credentials or TLS files), and all
+ * at once when there are too many.  A parent's listing returns its Stat,
+ * and a parent is trusted while its czxid and aversion are those its ACL
+ * was read with: one made anew (a container the server reaped, then a
  * squatter's) or given another ACL is read again, and an unchanged one
- * costs a hash lookup.  A parent or root component zklock created itself
- * is trusted from its create's reply.  The root is read once by path: a
- * root made anew by others can hold only parents checked here.  The
- * verdicts are forgotten when the credentials change, and all at once when
- * there are too many.
+ * costs a hash lookup.  An ACL read that finds another version than the
+ * listing's has the queue listed again, so that no decision rests on a
+ * listing made under an ACL that was not judged.  A parent or root
+ * component zklock created itself is trusted from its create's reply.  The
+ * root is judged once by path: a root made anew by others can hold only
+ * parents judged here.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "utils/hsearch.h"
+#include "utils/memutils.h"
 
 #include "zk_acl_check.h"
 #include "zk_layout.h"
@@ -50,22 +65,45 @@ typedef struct TrustedNode
 	int32		aversion;
 } TrustedNode;
 
+/* The verdicts, and the ids zklock has in ACLs, for identity_for. */
 static HTAB *trusted = NULL;
-static char *trusted_for = NULL;	/* the credentials id they hold for */
+static struct ACL *own_ids = NULL;	/* NULL until read */
+static int	nown_ids = 0;
+static uint64 identity_for = 0;
 
-/* The verdicts for the open session's credentials, which are id. */
+static void
+forget_own_ids(void)
+{
+	int			i;
+
+	for (i = 0; i < nown_ids; i++)
+	{
+		pfree(own_ids[i].id.scheme);
+		pfree(own_ids[i].id.id);
+	}
+	if (own_ids)
+		pfree(own_ids);
+	own_ids = NULL;
+	nown_ids = 0;
+}
+
+/* The verdicts for whom the open session is, made or forgotten as needed. */
 static HTAB *
-verdicts(const char *id)
+verdicts(void)
 {
 	HASHCTL		ctl;
 
 	if (trusted != NULL &&
-		(strcmp(trusted_for, id) != 0 ||
+		(identity_for != zks_identity_generation() ||
 		 hash_get_num_entries(trusted) >= MAX_TRUSTED))
 	{
 		hash_destroy(trusted);
 		trusted = NULL;
-		pfree(trusted_for);
+	}
+	if (identity_for != zks_identity_generation())
+	{
+		forget_own_ids();
+		identity_for = zks_identity_generation();
 	}
 	if (trusted == NULL)
 	{
@@ -74,7 +112,6 @@ verdicts(const char *id)
 		ctl.hcxt = zk_memory();
 		trusted = hash_create("zklock trusted parents", 64, &ctl,
 							  HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
-		trusted_for = MemoryContextStrdup(zk_memory(), id);
 	}
 	return trusted;
 }
@@ -106,16 +143,59 @@ is_trusted(HTAB *table, const char *path, const struct Stat *stat)
 }
 
 /*
- * zklock created this node (a parent or a root component), with the ACL of
- * its credentials: trusted as it is.
+ * zklock created this node (a parent or a root component), with the
+ * creator-all ACL: trusted as it is.
  */
 void
 zkac_created(const char *path, const struct Stat *stat)
 {
-	const char *id = zks_credentials_id();
+	if (zks_has_credentials())
+		remember(verdicts(), path, stat->czxid, stat->aversion);
+}
 
-	if (id != NULL)
-		remember(verdicts(id), path, stat->czxid, stat->aversion);
+/* Learn who zklock is from the ACL of a node it created. */
+static void
+learn_own_ids(const ZkRequest *own_node)
+{
+	MemoryContext old = MemoryContextSwitchTo(zk_memory());
+	int			i;
+
+	forget_own_ids();
+	own_ids = palloc0(Max(own_node->nacl, 1) * sizeof(struct ACL));
+	for (i = 0; i < own_node->nacl; i++)
+	{
+		const struct ACL *entry = &own_node->acl[i];
+
+		if (strcmp(entry->id.scheme, "world") == 0)
+			continue;
+		own_ids[nown_ids].perms = entry->perms;
+		own_ids[nown_ids].id.scheme = pstrdup(entry->id.scheme);
+		own_ids[nown_ids].id.id = pstrdup(entry->id.id);
+		nown_ids++;
+	}
+	MemoryContextSwitchTo(old);
+}
+
+static bool
+is_own(const struct ACL *entry)
+{
+	int			i;
+
+	for (i = 0; i < nown_ids; i++)
+		if (strcmp(entry->id.scheme, own_ids[i].id.scheme) == 0 &&
+			strcmp(entry->id.id, own_ids[i].id.id) == 0)
+			return true;
+	return false;
+}
+
+/* A digest id as the server shows it without ADMIN: "user:x". */
+static bool
+is_masked(const struct ACL *entry)
+{
+	const char *colon = strchr(entry->id.id, ':');
+
+	return strcmp(entry->id.scheme, "digest") == 0 && colon != NULL &&
+		strcmp(colon, ":x") == 0;
 }
 
 /* "cdrwa"-style letters for the permissions of an ACL entry. */
@@ -140,32 +220,76 @@ perms_text(int32 perms)
 }
 
 /*
- * Refuse a node whose ACL, just read, lets someone other than id delete
- * its children or change the ACL.
+ * Who an entry names, for a message: a digest id without its hash, which
+ * stands for the password.
+ */
+static char *
+who(const struct ACL *entry)
+{
+	const char *colon = strchr(entry->id.id, ':');
+
+	if (strcmp(entry->id.scheme, "digest") == 0 && colon != NULL)
+		return psprintf("digest:%.*s", (int) (colon - entry->id.id),
+						entry->id.id);
+	return psprintf("%s:%s", entry->id.scheme, entry->id.id);
+}
+
+#define ACL_HINT \
+	"Give the node an ACL that grants DELETE and ADMIN to zklock's credentials alone (in zkCli.sh, after \"addauth digest\" with them: setAcl %s auth::cdrwa), or, if no client uses it, delete it so that zklock creates it anew."
+
+/*
+ * Refuse a node whose ACL, just read, lets someone other than zklock delete
+ * its children or change the ACL, or that zklock cannot judge; with
+ * lock_parent, also one whose children zklock may not delete.
  */
 static void
-judge(const char *path, const ZkRequest *req, const char *id)
+judge(const char *path, const ZkRequest *req, bool lock_parent)
 {
+	bool		own_delete = false;
 	int			i;
 
 	for (i = 0; i < req->nacl; i++)
 	{
 		const struct ACL *entry = &req->acl[i];
-		bool		ours = strcmp(entry->id.scheme, "digest") == 0 &&
-			strcmp(entry->id.id, id) == 0;
 
-		if (!ours && (entry->perms & (ZOO_PERM_DELETE | ZOO_PERM_ADMIN)))
+		if (is_masked(entry))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("zklock cannot tell who may delete lock nodes under ZooKeeper node \"%s\"",
+							path),
+					 errdetail("Its ACL names %s, whose password digest ZooKeeper shows only to those with ADMIN on the node, which zklock's credentials lack.",
+							   who(entry)),
+					 errhint(ACL_HINT, path)));
+		if (is_own(entry))
+			own_delete |= (entry->perms & ZOO_PERM_DELETE) != 0;
+		else if (entry->perms & (ZOO_PERM_DELETE | ZOO_PERM_ADMIN))
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("ZooKeeper node \"%s\" lets clients without zklock's credentials delete lock nodes",
 							path),
-					 errdetail("Its ACL grants \"%s\" to %s:%s; zklock uses a root and lock parents that grant DELETE and ADMIN to its credentials alone, since a client that deletes a holder's node lets a second holder in.",
-							   perms_text(entry->perms), entry->id.scheme,
-							   entry->id.id),
-					 errhint("Give the node an ACL that grants DELETE and ADMIN to zklock's credentials alone (in zkCli.sh, after \"addauth digest\" with them: setAcl %s auth::cdrwa), or, if no client uses it, delete it so that zklock creates it anew.",
-							 path)));
+					 errdetail("Its ACL grants \"%s\" to %s; zklock uses a root and lock parents that grant DELETE and ADMIN to its credentials alone, since a client that deletes a holder's node lets a second holder in.",
+							   perms_text(entry->perms), who(entry)),
+					 errhint(ACL_HINT, path)));
 	}
+	if (lock_parent && !own_delete)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("ZooKeeper node \"%s\" does not let zklock delete its lock nodes",
+						path),
+				 errdetail("Its ACL grants DELETE to none of the ids of zklock's credentials, so a released lock would stay held."),
+				 errhint(ACL_HINT, path)));
 }
+
+/* The ACL reads of one check: the own node's (if needed), the root's, the parent's. */
+typedef struct AclReads
+{
+	const char *paths[3];
+	ZkRequest  *reads[3];
+	int			n;
+	int			own;			/* index of the own node's read; -1: none */
+	int			root;			/* likewise */
+	int			parent;
+} AclReads;
 
 typedef enum AclRead
 {
@@ -175,110 +299,123 @@ typedef enum AclRead
 } AclRead;
 
 /*
- * Read the ACLs of the nodes in paths (n of them, at most two) and judge
- * each; their Stats, as read, go to stats.
+ * Send the reads, await them all, then learn who zklock is if asked and
+ * judge the root and the parent; *parent_stat gets the parent's Stat as
+ * read.
  */
 static AclRead
-read_and_judge_once(const char **paths, int n, const char *id,
-					TimestampTz deadline, struct Stat *stats)
+read_and_judge_once(AclReads *r, TimestampTz deadline, struct Stat *parent_stat)
 {
-	ZkRequest  *volatile reads[2] = {NULL, NULL};
 	volatile AclRead result = ACL_READ_DONE;
 	int			i;
 
-	Assert(n <= lengthof(reads));
 	PG_TRY();
 	{
-		for (i = 0; i < n; i++)
-			reads[i] = zks_get_acl(paths[i]);
-		for (i = 0; i < n && result == ACL_READ_DONE; i++)
+		for (i = 0; i < r->n; i++)
+			r->reads[i] = zks_get_acl(r->paths[i]);
+		for (i = 0; i < r->n && result == ACL_READ_DONE; i++)
 		{
-			ZkRequest  *req = reads[i];
-
-			if (!zks_await(req, deadline))
+			if (!zks_await(r->reads[i], deadline))
 				result = ACL_READ_LATE;
-			else if (zks_is_retryable(req->rc))
+			else if (zks_is_retryable(r->reads[i]->rc))
 				result = ACL_READ_AGAIN;
-			else if (req->rc != ZOK)
-				zks_report_error(req->rc, ZKS_READ, paths[i]);
-			else
+			else if (r->reads[i]->rc != ZOK)
+				zks_report_error(r->reads[i]->rc, ZKS_READ, r->paths[i]);
+		}
+		if (result == ACL_READ_DONE)
+		{
+			if (r->own >= 0)
+				learn_own_ids(r->reads[r->own]);
+			if (r->root >= 0)
+				judge(r->paths[r->root], r->reads[r->root], false);
+			if (r->parent >= 0)
 			{
-				judge(paths[i], req, id);
-				stats[i] = req->stat;
+				judge(r->paths[r->parent], r->reads[r->parent], true);
+				*parent_stat = r->reads[r->parent]->stat;
 			}
 		}
 	}
 	PG_CATCH();
 	{
-		for (i = 0; i < n; i++)
-			zks_release_request(reads[i]);
+		for (i = 0; i < r->n; i++)
+			zks_release_request(r->reads[i]);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	for (i = 0; i < n; i++)
-		zks_release_request(reads[i]);
+	for (i = 0; i < r->n; i++)
+	{
+		zks_release_request(r->reads[i]);
+		r->reads[i] = NULL;
+	}
 	return result;
 }
 
-/* The same until it is done, across reconnects; false at the deadline. */
-static bool
-read_and_judge(const char **paths, int n, const char *id,
-			   TimestampTz deadline, struct Stat *stats)
+static int
+add_read(AclReads *r, const char *path)
 {
-	for (;;)
-	{
-		switch (read_and_judge_once(paths, n, id, deadline, stats))
-		{
-			case ACL_READ_DONE:
-				return true;
-			case ACL_READ_LATE:
-				return false;
-			case ACL_READ_AGAIN:
-				if (!zks_await_connected(deadline))
-					return false;
-				break;
-		}
-	}
+	r->paths[r->n] = path;
+	r->reads[r->n] = NULL;
+	return r->n++;
 }
 
 /*
  * Before the recipe trusts the queue under parent (a semaphore's, if
- * semaphore), whose listing returned parent_stat: with credentials, check
- * that the parent and the root keep out those without them, and raise an
- * ERROR if not.  Returns false at the deadline.
+ * semaphore), whose listing returned parent_stat, with own_node the
+ * acquisition's node in it: with credentials, check that the parent and
+ * the root keep out those without them, and raise an ERROR if not.
  */
-bool
-zkac_check_parent(const char *parent, bool semaphore,
+ZkacVerdict
+zkac_check_parent(const char *parent, bool semaphore, const char *own_node,
 				  const struct Stat *parent_stat, TimestampTz deadline)
 {
-	const char *id = zks_credentials_id();
 	HTAB	   *table;
 	char		root[ZKL_PARENT_MAX];
-	const char *paths[2];
-	struct Stat stats[2];
-	int			n = 0;
-	bool		root_checked;
+	AclReads	r = {{0}};
+	struct Stat read_stat = {0};
+	bool		root_trusted;
+	bool		parent_trusted;
 
-	if (id == NULL)
-		return true;
-	table = verdicts(id);
-	if (is_trusted(table, parent, parent_stat))
-		return true;
+	if (!zks_has_credentials())
+		return ZKAC_TRUSTED;
+	table = verdicts();
 
 	/* <root>/<name>, or <root>/%semaphores/<name> */
 	strlcpy(root, parent, sizeof(root));
 	root[zkl_parent_length(root)] = '\0';
 	if (semaphore)
 		root[zkl_parent_length(root)] = '\0';
-	root_checked = is_trusted(table, root, NULL);
-	if (!root_checked)
-		paths[n++] = root;
-	paths[n++] = parent;
-	if (!read_and_judge(paths, n, id, deadline, stats))
-		return false;
-	if (!root_checked)
+
+	root_trusted = is_trusted(table, root, NULL);
+	parent_trusted = is_trusted(table, parent, parent_stat);
+	if (root_trusted && parent_trusted)
+		return ZKAC_TRUSTED;
+	r.own = own_ids == NULL ? add_read(&r, own_node) : -1;
+	r.root = root_trusted ? -1 : add_read(&r, root);
+	r.parent = parent_trusted ? -1 : add_read(&r, parent);
+
+	for (;;)
+	{
+		switch (read_and_judge_once(&r, deadline, &read_stat))
+		{
+			case ACL_READ_DONE:
+				break;
+			case ACL_READ_LATE:
+				return ZKAC_LATE;
+			case ACL_READ_AGAIN:
+				if (!zks_await_connected(deadline))
+					return ZKAC_LATE;
+				continue;
+		}
+		break;
+	}
+	if (r.root >= 0)
 		remember(table, root, ANY_CZXID, 0);
-	/* Trusted as its ACL was read: a later listing shows any change since. */
-	remember(table, parent, stats[n - 1].czxid, stats[n - 1].aversion);
-	return true;
+	if (r.parent < 0)
+		return ZKAC_TRUSTED;
+
+	/* Trusted as its ACL was read; the listing must show that very ACL. */
+	remember(table, parent, read_stat.czxid, read_stat.aversion);
+	return read_stat.czxid == parent_stat->czxid &&
+		read_stat.aversion == parent_stat->aversion ?
+		ZKAC_TRUSTED : ZKAC_LIST_AGAIN;
 }

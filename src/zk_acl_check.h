@@ -13,9 +13,17 @@
 
 #include "zk_session.h"
 
-extern bool zkac_check_parent(const char *parent, bool semaphore,
-							  const struct Stat *parent_stat,
-							  TimestampTz deadline);
+typedef enum ZkacVerdict
+{
+	ZKAC_TRUSTED,
+	ZKAC_LIST_AGAIN,			/* the ACL changed since the listing */
+	ZKAC_LATE					/* the deadline passed */
+} ZkacVerdict;
+
+extern ZkacVerdict zkac_check_parent(const char *parent, bool semaphore,
+									 const char *own_node,
+									 const struct Stat *parent_stat,
+									 TimestampTz deadline);
 extern void zkac_created(const char *path, const struct Stat *stat);
 
 #endif							/* ZK_ACL_CHECK_H */

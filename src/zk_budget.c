@@ -68,13 +68,15 @@ zkb_define_settings(void)
 							NULL, NULL, NULL);
 }
 
-static void
-read_footprint(int *nodes, int64 *path_bytes, bool *deleting)
+static bool
+deleting_any(void)
 {
+	bool		deleting;
+
 	pthread_mutex_lock(&zks_mutex);
-	zkj_footprint_locked(nodes, path_bytes);
-	*deleting = zkj_deleting_any_locked();
+	deleting = zkj_deleting_any_locked();
 	pthread_mutex_unlock(&zks_mutex);
+	return deleting;
 }
 
 /*
@@ -88,16 +90,15 @@ zks_check_node_budget(const char *prefix)
 	int			new_bytes = strlen(prefix) + ZKL_SEQUENCE_MAX;
 	int			nodes;
 	int64		path_bytes;
-	bool		deleting;
 
-	read_footprint(&nodes, &path_bytes, &deleting);
+	zkj_footprint(&nodes, &path_bytes);
 	if (nodes < zklock_max_session_nodes &&
 		path_bytes + new_bytes <= zklock_max_session_path_bytes)
 		return;
-	if (deleting)
+	if (deleting_any())
 	{
 		zks_settle(Min(zklock_connect_timeout, BUDGET_SETTLE_MS));
-		read_footprint(&nodes, &path_bytes, &deleting);
+		zkj_footprint(&nodes, &path_bytes);
 	}
 	if (nodes >= zklock_max_session_nodes)
 		ereport(ERROR,

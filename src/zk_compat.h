@@ -17,7 +17,6 @@
  * - Wait events: 17 lets an extension name its own (WaitEventExtensionNew);
  *   earlier majors show every extension's wait as "Extension" (zk_wait.c).
  * - Intervals: 17 accepts 'infinity' (INTERVAL_NOT_FINITE; zk_args.c).
- * - Base64: 18 takes the bytes to encode as uint8, not char (ZK_B64_BYTES).
  *
  *-------------------------------------------------------------------------
  */
@@ -28,13 +27,6 @@
 
 #if PG_VERSION_NUM < 180000
 #define pg_noreturn pg_attribute_noreturn()
-#endif
-
-/* What pg_b64_encode takes as the bytes to encode. */
-#if PG_VERSION_NUM >= 180000
-#define ZK_B64_BYTES(p)	((const uint8 *) (p))
-#else
-#define ZK_B64_BYTES(p)	((const char *) (p))
 #endif
 
 #endif							/* ZK_COMPAT_H */

@@ -24,7 +24,7 @@
  * create, and so every earlier write, in every later read.  One check per
  * published wait is therefore enough, as long as it finishes: a check that
  * could not (no answer in time, our own watch fired meanwhile, or a cycle
- * seen but not confirmed) is done again after another deadlock_timeout.  A
+ * seen but not confirmed) is done again later (zk_recipe.c).  A
  * node that holds, or that the queue rules are about to queue again
  * (zk_queue.c), is in no stable wait and is left out: a waiter that queues
  * again publishes its new wait anew.
@@ -603,7 +603,15 @@ confirm_cycle(Search *s)
 			(reads[i]->rc == ZOK &&
 			 (reads[i]->stat.czxid != s->members[m].published_czxid ||
 			  reads[i]->stat.version != 0)))
+		{
+			/* Its wait is over: a later pass must not follow it as it was. */
+			Owner	   *owner = hash_search(s->owners, &s->members[m].session,
+											HASH_FIND, NULL);
+
+			if (owner)
+				owner->state = OWNER_NOT_FOLLOWED;
 			return FOUND_NONE;
+		}
 		if (reads[i]->rc != ZOK)
 			return FOUND_UNKNOWN;
 	}

@@ -37,6 +37,8 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "port/atomics.h"
+
 #include "zk_layout.h"
 #include "zk_names.h"
 #include "zk_session.h"
@@ -63,9 +65,15 @@ typedef struct JanitorTask
 
 /* Protected by zks_mutex. */
 static JanitorTask *janitor_tasks = NULL;
-static bool janitor_failed = false;	/* a delete could not be kept track of */
-static int	janitor_nodes = 0;	/* tasks in the list */
-static int64 janitor_path_bytes = 0;	/* the paths of the nodes they stand for */
+static bool janitor_failed = false;	/* a delete lost track of, or refused */
+
+/*
+ * The tasks in the list, and the bytes of the paths of the nodes they stand
+ * for: written under zks_mutex, and read without it by the budget check
+ * that every acquisition makes, hence atomics (zkj_prepare makes them).
+ */
+static pg_atomic_uint32 janitor_nodes;
+static pg_atomic_uint32 janitor_path_bytes;
 
 /*
  * The path of the node a task stands for, in bytes: a sweep's is its
@@ -86,8 +94,8 @@ task_path_bytes(const JanitorTask *task)
 static void
 janitor_uncount_locked(const JanitorTask *task)
 {
-	janitor_nodes--;
-	janitor_path_bytes -= task_path_bytes(task);
+	pg_atomic_sub_fetch_u32(&janitor_nodes, 1);
+	pg_atomic_sub_fetch_u32(&janitor_path_bytes, task_path_bytes(task));
 }
 
 static void janitor_send(zhandle_t *handle, JanitorTask *task);
@@ -107,8 +115,8 @@ janitor_free(JanitorTask *task)
 void
 zkj_clear_locked(void)
 {
-	janitor_nodes = 0;
-	janitor_path_bytes = 0;
+	pg_atomic_write_u32(&janitor_nodes, 0);
+	pg_atomic_write_u32(&janitor_path_bytes, 0);
 	while (janitor_tasks)
 	{
 		JanitorTask *task = janitor_tasks;
@@ -211,7 +219,18 @@ janitor_finish(JanitorTask *task, int rc)
 	else if (rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE || rc == ZCLOSING)
 		zkj_clear_locked();
 	else if (!janitor_should_retry(rc))
+	{
+		/*
+		 * Refused by the server (a parent that does not let zklock delete,
+		 * say): the node stays, for nobody, and outside the budget's count.
+		 * The backend must end the session, which deletes it.
+		 */
+		if (rc != ZOK && rc != ZNONODE && rc != ZBADARGUMENTS)
+			janitor_failed = true;
 		janitor_unlink_locked(task);
+	}
+	/* A parked session waits for its deletes before it is closed. */
+	zkwd_wake_locked();
 	pthread_mutex_unlock(&zks_mutex);
 	zkw_wake_backend();
 }
@@ -376,8 +395,8 @@ janitor_send(zhandle_t *handle, JanitorTask *task)
 }
 
 /*
- * Did the janitor lose track of a delete (out of memory)?  The caller must
- * then end the session.  Clears the answer.
+ * Did the janitor lose track of a delete (out of memory), or have one
+ * refused?  The caller must then end the session.  Clears the answer.
  */
 bool
 zks_janitor_failed(void)
@@ -408,19 +427,33 @@ janitor_push_locked(JanitorTask *task)
 {
 	task->next = janitor_tasks;
 	janitor_tasks = task;
-	janitor_nodes++;
-	janitor_path_bytes += task_path_bytes(task);
+	pg_atomic_add_fetch_u32(&janitor_nodes, 1);
+	pg_atomic_add_fetch_u32(&janitor_path_bytes, task_path_bytes(task));
+}
+
+/* Once per backend, before the first session: the counters. */
+void
+zkj_prepare(void)
+{
+	static bool prepared = false;
+
+	if (prepared)
+		return;
+	pg_atomic_init_u32(&janitor_nodes, 0);
+	pg_atomic_init_u32(&janitor_path_bytes, 0);
+	prepared = true;
 }
 
 /*
  * How many lock nodes the session may own (held, or being deleted), and
- * the bytes of their paths.  Caller holds zks_mutex.
+ * the bytes of their paths; without the mutex, as the library's threads
+ * may be changing them: exact once they are done.
  */
 void
-zkj_footprint_locked(int *nodes, int64 *path_bytes)
+zkj_footprint(int *nodes, int64 *path_bytes)
 {
-	*nodes = janitor_nodes;
-	*path_bytes = janitor_path_bytes;
+	*nodes = pg_atomic_read_u32(&janitor_nodes);
+	*path_bytes = pg_atomic_read_u32(&janitor_path_bytes);
 }
 
 /* Is any node being deleted or swept (not held)?  Caller holds zks_mutex. */

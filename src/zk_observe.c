@@ -66,8 +66,7 @@ shown_state_name(uint32 shown)
 static const char *
 session_state_name(void)
 {
-	return shown_state_name(zks_is_open() ?
-							ZKS_SHOWN_OPEN + zks_state() : ZKS_SHOWN_CLOSED);
+	return shown_state_name(zks_shown_state());
 }
 
 #define ZK_LOCKS_COLUMNS	11

@@ -164,19 +164,31 @@ start_deadlock_timer(Acquisition *acq)
 /* A check put off this many times waits, and may take, 64 times as long. */
 #define MAX_DEADLOCK_BACKOFF	6
 
+/* The longest a deadlock check may take, unless connect_timeout is longer. */
+#define MAX_DEADLOCK_CHECK_MS	60000
+
 /*
  * A deadlock check could not finish: in time (the ensemble is slow or the
- * graph large), because our watch fired, or because a cycle it saw did
- * not hold; or the graph had more waiting sessions than a check follows,
- * which is said once per wait.  Check again ever less often, twice the
- * time each time up to 64 deadlock_timeouts, so that checks that cannot
- * finish do not load the ensemble without end; each such check may take
- * as many times zklock.connect_timeout, so that one that did not fit in
- * its time fits at last.
+ * graph large), or because a cycle it saw did not hold; or the graph had
+ * more waiting sessions than a check follows, which is said once per wait.
+ * Check again ever less often, twice the time each time up to 64
+ * deadlock_timeouts, so that checks that cannot finish do not load the
+ * ensemble without end; each such check may take as many times
+ * zklock.connect_timeout (up to a minute, or connect_timeout if longer),
+ * so that one that did not fit in its time fits at last.  A check that
+ * stopped because our watch fired says nothing of the load: the wait
+ * looks at its queue at once, and the next check comes as it would have.
  */
 static void
-check_again_later(Acquisition *acq, bool too_large)
+check_again_later(Acquisition *acq, bool too_large, bool watch_fired)
 {
+	if (watch_fired)
+	{
+		acq->deadlock_check_at =
+			TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+										(int64) zklock_deadlock_timeout << acq->deadlock_backoff);
+		return;
+	}
 	if (too_large && !acq->deadlock_too_large)
 		ereport(LOG,
 				(errmsg("zklock deadlock check put off: the wait-for graph has more waiting sessions than it follows"),
@@ -200,6 +212,7 @@ await_watch(Acquisition *acq, uint64 generation)
 	{
 		TimestampTz until = acq->deadline;
 		TimestampTz check_deadline;
+		int64		check_ms;
 
 		if (acq->deadlock_check_at != 0 &&
 			(until == 0 || acq->deadlock_check_at < until))
@@ -211,10 +224,10 @@ await_watch(Acquisition *acq, uint64 generation)
 			acq->timed_out = true;
 			return false;
 		}
-		check_deadline =
-			TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-										(int64) (zkd_test_check_ms > 0 ? zkd_test_check_ms :
-												 zklock_connect_timeout) << acq->deadlock_backoff);
+		check_ms = (int64) (zkd_test_check_ms > 0 ? zkd_test_check_ms :
+							zklock_connect_timeout) << acq->deadlock_backoff;
+		check_ms = Min(check_ms, Max(MAX_DEADLOCK_CHECK_MS, zklock_connect_timeout));
+		check_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), check_ms);
 		if (acq->deadline != 0 && acq->deadline < check_deadline)
 			check_deadline = acq->deadline;
 		acq->deadlock_check_at = 0;
@@ -225,10 +238,11 @@ await_watch(Acquisition *acq, uint64 generation)
 				acq->deadlock_backoff = 0;
 				break;
 			case ZKD_AGAIN:
-				check_again_later(acq, false);
+				check_again_later(acq, false,
+								  zks_watch_generation() != generation);
 				break;
 			case ZKD_TOO_LARGE:
-				check_again_later(acq, true);
+				check_again_later(acq, true, false);
 				break;
 		}
 	}
@@ -757,11 +771,17 @@ wait_in_queue(Acquisition *acq, bool wait)
 				return false;
 			continue;
 		}
-		if (!zkac_check_parent(acq->parent, acq->slots > 0, &acq->list->stat,
-							   acq->deadline))
+		switch (zkac_check_parent(acq->parent, acq->slots > 0, acq->node->path,
+								  &acq->list->stat, acq->deadline))
 		{
-			acq->timed_out = true;
-			return false;
+			case ZKAC_TRUSTED:
+				break;
+			case ZKAC_LIST_AGAIN:
+				release_request(&acq->list);
+				continue;
+			case ZKAC_LATE:
+				acq->timed_out = true;
+				return false;
 		}
 		if (!decide(acq, &verdict, &watches, &nwatch, &first_waiter))
 		{
@@ -796,6 +816,7 @@ wait_in_queue(Acquisition *acq, bool wait)
 			acq->waited = true;
 			acq->deadlock_check_at = 0;
 			acq->deadlock_backoff = 0;
+			acq->deadlock_too_large = false;
 			unwatch_own(acq);
 			if (!zkd_withdraw(&acq->published) ||
 				!zks_delete_later(acq->node->path) ||

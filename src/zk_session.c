@@ -268,6 +268,26 @@ zks_show_state_in(pg_atomic_uint32 *state, pg_atomic_uint32 *since)
 	pthread_mutex_unlock(&zks_mutex);
 }
 
+/*
+ * The session's state as zks_show_state_in shows it (ZKS_SHOWN_CLOSED, or
+ * ZKS_SHOWN_OPEN plus a ZksState), read at once, so that a session closed
+ * meanwhile shows as closed, not lost.
+ */
+uint32
+zks_shown_state(void)
+{
+	uint32		shown;
+
+	absorb_idle_close();
+	if (zks_zh == NULL)
+		return ZKS_SHOWN_CLOSED;
+	pthread_mutex_lock(&zks_mutex);
+	shown = idle_close != IDLE_OPEN ? ZKS_SHOWN_CLOSED :
+		ZKS_SHOWN_OPEN + state_locked();
+	pthread_mutex_unlock(&zks_mutex);
+	return shown;
+}
+
 /* Has this session ended or become unusable, so its locks are gone? */
 bool
 zks_is_lost(void)
@@ -316,6 +336,7 @@ prepare_backend_resources(void)
 
 	zkw_prepare();
 	zkwd_prepare();
+	zkj_prepare();
 	if (!exit_callback_registered)
 	{
 		on_proc_exit(close_at_exit, (Datum) 0);
@@ -695,7 +716,8 @@ zks_close(void)
 {
 	zhandle_t  *handle;
 
-	absorb_idle_close();
+	/* Unparked first, so that the watchdog cannot start closing it too. */
+	unpark();
 	handle = zks_zh;
 	zkwd_stop();
 	if (handle == NULL)
@@ -705,7 +727,6 @@ zks_close(void)
 	zks_zh = NULL;
 	zks_link.generation++;
 	zkj_clear_locked();
-	parked = parked_here = false;
 	zks_show_state_locked();
 	pthread_mutex_unlock(&zks_mutex);
 
@@ -854,12 +875,20 @@ unpin_handle(void)
 
 /*
  * For the watchdog: when the parked session is to be closed, in *due;
- * false if it is not parked, or is pinned.  Caller holds zks_mutex.
+ * false if it is not parked, is pinned, or must wait.  A session that may
+ * still own nodes given up waits while it is cut off (closing could not
+ * reach the server, which would keep them until the session expires) and
+ * while the janitor has deletes under way (closing would drop them): a
+ * reconnect, or the janitor's last answer, wakes the watchdog.  A session
+ * lost, or never made, is closed all the same.  Caller holds zks_mutex.
  */
 bool
 zks_idle_deadline_locked(struct timespec *due)
 {
 	if (!parked || pinned || idle_close != IDLE_OPEN || zks_zh == NULL)
+		return false;
+	if (zks_link.ever_connected && state_locked() != ZKS_LOST &&
+		(zks_link.conn_state != ZOO_CONNECTED_STATE || zkj_deleting_any_locked()))
 		return false;
 	*due = idle_since;
 	due->tv_sec += idle_close_ms / 1000;

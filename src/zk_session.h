@@ -85,6 +85,7 @@ extern void zks_set_idle(void);
 extern bool zks_is_open(void);
 extern ZksState zks_state(void);
 extern bool zks_is_lost(void);
+extern uint32 zks_shown_state(void);
 extern void zks_show_state_in(pg_atomic_uint32 *state, pg_atomic_uint32 *since);
 extern uint64 zks_connection_count(void);
 extern int64 zks_session_id(void);
@@ -144,7 +145,8 @@ extern const char *zks_loss_reason(void);
 /* zk_settings.c */
 extern void zks_define_settings(void);
 extern bool zks_settings_changed(void);
-extern const char *zks_credentials_id(void);
+extern bool zks_has_credentials(void);
+extern uint64 zks_identity_generation(void);
 
 /* zk_budget.c: the nodes a session may have */
 extern void zks_check_node_budget(const char *prefix);

@@ -45,8 +45,10 @@ extern zhandle_t *zks_zh;
 /*
  * What the library's events say of the handle: written under zks_mutex by
  * the session's watcher, and reset by the backend when it opens a handle
- * (zk_session.c); read under the mutex elsewhere.  The backend alone writes
- * generation, so it may read it without the mutex.
+ * (zk_session.c); read under the mutex elsewhere.  Only the backend writes
+ * generation while it uses the handle (the watchdog does, under the mutex,
+ * only as it closes a parked session), so the backend may read it without
+ * the mutex then.
  */
 typedef struct ZksLink
 {
@@ -151,7 +153,8 @@ extern void zkj_kick(zhandle_t *handle);
 extern void zkj_clear_locked(void);
 extern void zkj_release_held_locked(void);
 extern bool zkj_busy_locked(void);
-extern void zkj_footprint_locked(int *nodes, int64 *path_bytes);
+extern void zkj_prepare(void);
+extern void zkj_footprint(int *nodes, int64 *path_bytes);
 extern bool zkj_deleting_any_locked(void);
 
 /* zk_budget.c */

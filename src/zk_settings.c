@@ -29,9 +29,7 @@
 #include <openssl/ssl.h>
 #endif
 
-#include "common/base64.h"
-#include "common/cryptohash.h"
-#include "common/sha1.h"
+#include "common/hashfn.h"
 #include "storage/fd.h"
 #include "utils/guc.h"
 
@@ -115,43 +113,30 @@ static struct ACL creator_acl_entries[2];
 struct ACL_vector zks_node_acl;
 
 /*
- * Who the session's credentials make it in ACLs: "digest" and
- * "user:base64(sha1(user:password))", as the server stores the creator's
- * id; NULL without credentials.  Never shown: it is as good as the
- * password to one who guesses passwords offline.
+ * Who the open session is to the servers, as far as their ACLs go: bumped
+ * when a session is opened with other hosts, credentials or TLS files
+ * than the one before, so that what was judged of ACLs for the one is not
+ * taken for the other (zk_acl_check.c).  Only a hash of the credentials is
+ * kept.  has_credentials says whether the open session has any.
  */
-static char *credentials_id = NULL;
+static uint64 identity_generation = 0;
+static uint32 identity_hash = 0;
+static bool has_credentials = false;
 
-/* The id of "user:password" in digest ACLs; ERROR if it cannot be made. */
-static char *
-digest_id(const char *credentials)
+static void
+note_identity(const char *credentials)
 {
-	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA1);
-	uint8		hash[SHA1_DIGEST_LENGTH];
-	char		encoded[64];
-	int			len;
+	uint32		hash = hash_combine(hash_combine(hash_bytes((const unsigned char *) opened.hosts,
+															 strlen(opened.hosts)),
+											  hash_bytes((const unsigned char *) credentials,
+														 strlen(credentials))),
+									hash_bytes((const unsigned char *) opened.tls,
+											   strlen(opened.tls)));
 
-	if (ctx == NULL || pg_cryptohash_init(ctx) < 0 ||
-		pg_cryptohash_update(ctx, (const uint8 *) credentials,
-							 strlen(credentials)) < 0 ||
-		pg_cryptohash_final(ctx, hash, sizeof(hash)) < 0)
-	{
-		pg_cryptohash_free(ctx);
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not compute the ZooKeeper digest of the zklock credentials")));
-	}
-	pg_cryptohash_free(ctx);
-	len = pg_b64_encode(ZK_B64_BYTES(hash), sizeof(hash), encoded,
-						sizeof(encoded) - 1);
-	explicit_bzero(hash, sizeof(hash));
-	if (len < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not compute the ZooKeeper digest of the zklock credentials")));
-	encoded[len] = '\0';
-	return psprintf("%.*s:%s", (int) (strchr(credentials, ':') - credentials),
-					credentials, encoded);
+	if (identity_generation == 0 || hash != identity_hash)
+		identity_generation++;
+	identity_hash = hash;
+	has_credentials = credentials[0] != '\0';
 }
 
 /*
@@ -516,14 +501,10 @@ zkset_authenticate(void)
 				 errmsg("zklock.auth and zklock.auth_file are both set"),
 				 errhint("Set only one of them, preferably zklock.auth_file.")));
 	}
-	if (credentials_id != NULL)
-	{
-		pfree(credentials_id);
-		credentials_id = NULL;
-	}
 	if (opened.auth[0] == '\0' && opened.auth_file[0] == '\0')
 	{
 		zks_node_acl = ZOO_OPEN_ACL_UNSAFE;
+		note_identity("");
 		return;
 	}
 	creator_acl_entries[0].perms = ZOO_PERM_ALL;
@@ -535,13 +516,8 @@ zkset_authenticate(void)
 
 	PG_TRY();
 	{
-		char	   *id;
-
 		credentials = opened.auth[0] != '\0' ? pstrdup(opened.auth) :
 			read_auth_file(opened.auth_file);
-		id = digest_id(credentials);
-		credentials_id = MemoryContextStrdup(zk_memory(), id);
-		pfree(id);
 	}
 	PG_CATCH();
 	{
@@ -549,6 +525,7 @@ zkset_authenticate(void)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	note_identity(credentials);
 	rc = zoo_add_auth(zks_zh, "digest", credentials, strlen(credentials),
 					  zkrq_auth_done, NULL);
 	explicit_bzero(credentials, strlen(credentials));
@@ -649,12 +626,19 @@ zks_settings_changed(void)
 	return false;
 }
 
-/*
- * The id the open session's credentials have in digest ACLs, "user:hash";
- * NULL if it has none.
- */
-const char *
-zks_credentials_id(void)
+/* Does the open session have credentials (zklock.auth, zklock.auth_file)? */
+bool
+zks_has_credentials(void)
 {
-	return credentials_id;
+	return zks_zh != NULL && has_credentials;
+}
+
+/*
+ * Changes when a session is opened as someone else to the servers than
+ * the one before it: other hosts, credentials or TLS files.
+ */
+uint64
+zks_identity_generation(void)
+{
+	return identity_generation;
 }

@@ -70,8 +70,10 @@ ok(zk_wait_contenders("$root/handoff", 0), 'no node left after handoff');
 	my $raw_name = q{E'forged\nline\x1b[2J\u0085\\\\'};
 	run_sql($x, "SELECT zk_lock($raw_name)");
 	send_query($y, "SELECT 'y got forged' FROM zk_lock($raw_name);");
-	ok(wait_for_zk_wait($node, $y->{zk_pid}), 'a backend waits for a name with control characters');
-	my $title = slurp_file("/proc/$y->{zk_pid}/cmdline");
+	my $title;
+	ok(wait_until('the title to say it waits',
+			sub { $title = slurp_file("/proc/$y->{zk_pid}/cmdline"); $title =~ /waiting for zklock/ }),
+		'a backend waits for a name with control characters');
 	like($title, qr/waiting for zklock "forged\\nline\\x1b\[2J\\u0085\\\\"/,
 		'the process title shows them escaped');
 	unlike($title, qr/[\n\r\x1b]|\xc2\x85/, 'and holds no control character');

@@ -171,11 +171,17 @@ run_sql($w, "SELECT zk_unlock('over_tls')");
 }
 
 # --- zklock.auth and an encrypted key over TLS -------------------------------
+#
+# Under a root of their own: the one above was made without credentials,
+# with an open ACL, which zklock refuses once it has them.
 {
+	my $auth_root = "${root}_auth";
+	my @auth_settings = ("zklock.root = '$auth_root'",
+		"zklock.auth = 'tls_user:tls_secret'",
+		"zklock.tls_key = '$certs/client-encrypted.key'",
+		"zklock.tls_key_password = 'key secret'");
 	my $s = zk_session($node);
-	run_sql($s, "SET zklock.auth = 'tls_user:tls_secret'");
-	run_sql($s, "SET zklock.tls_key = '$certs/client-encrypted.key'");
-	run_sql($s, "SET zklock.tls_key_password = 'key secret'");
+	run_sql($s, "SET $_") for @auth_settings;
 	($out) = run_sql($s, 'SHOW zklock.tls_key_password');
 	is($out, '********', 'the key password is never shown');
 	($out, $err) = run_sql($s, "SELECT zk_lock('with_auth')");
@@ -183,14 +189,24 @@ run_sql($w, "SELECT zk_unlock('over_tls')");
 	my ($node_name) = do
 	{
 		local $ENV{ZKINSPECT_AUTH} = 'tls_user:tls_secret';
-		zk_contenders("$root/with_auth");
+		zk_contenders("$auth_root/with_auth");
 	};
-	like(ZkTest::zkinspect('try-delete', "$root/with_auth/$node_name"), qr/^NoAuthError$/,
+	like(ZkTest::zkinspect('try-delete', "$auth_root/with_auth/$node_name"), qr/^NoAuthError$/,
 		'and an unauthenticated client cannot delete its node');
+
+	# The root and the parent the first backend made grant its certificate's
+	# x509 id too, beside the digest of the credentials: another backend with
+	# both takes them for its own.
+	my $t = zk_session($node);
+	run_sql($t, "SET $_") for @auth_settings;
+	($out, $err) = run_sql($t, "SELECT zk_try_lock('with_auth')");
+	is("$out$err", 'f', 'another backend with the same credentials trusts the nodes the first made');
+	$t->quit;
+
 	run_sql($s, "SELECT zk_unlock('with_auth')");
 	{
 		local $ENV{ZKINSPECT_AUTH} = 'tls_user:tls_secret';
-		is(scalar zk_contenders("$root/with_auth"), 0,
+		is(scalar zk_contenders("$auth_root/with_auth"), 0,
 			'unlocked: no node left, with the session still open');
 	}
 	$s->quit;
