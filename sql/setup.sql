@@ -49,7 +49,7 @@ SHOW zklock.connect_timeout;
 SHOW zklock.max_session_nodes;
 SHOW zklock.max_session_path_bytes;
 SHOW zklock.idle_session_timeout;
-SET zklock.max_session_path_bytes = '100';
+SET zklock.max_session_nodes = 0;
 SET zklock.no_such_setting = 1;
 SET zklock.root = 'relative';
 SET zklock.root = '/trailing/';
