@@ -128,6 +128,10 @@ remember(HTAB *table, const char *path, int64 czxid, int32 aversion)
 	node->aversion = aversion;
 }
 
+/*
+ * Is the node at path trusted: as it is now, with stat, or by path alone
+ * (the root), with no stat?
+ */
 static bool
 is_trusted(HTAB *table, const char *path, const struct Stat *stat)
 {
@@ -137,9 +141,8 @@ is_trusted(HTAB *table, const char *path, const struct Stat *stat)
 		return false;
 	node = hash_search(table, path, HASH_FIND, NULL);
 	return node != NULL &&
-		(node->czxid == ANY_CZXID ||
-		 (stat != NULL && node->czxid == stat->czxid &&
-		  node->aversion == stat->aversion));
+		(stat == NULL || node->czxid == ANY_CZXID ||
+		 (node->czxid == stat->czxid && node->aversion == stat->aversion));
 }
 
 /*
