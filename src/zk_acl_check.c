@@ -23,10 +23,16 @@
  * with the creator-all ACL, which are every id its session authenticated
  * as (the digest of its credentials, and over TLS its certificate's x509
  * id).  They are read once from the ACL of a node the backend just made,
- * its contender node, the first time a judgement needs them; "world" is
- * never one of them.  A server shows digest ids in full only to those with
- * ADMIN on the node: zklock cannot tell its own id from another's without
- * it, and refuses the node.
+ * its contender node, the first time a judgement needs them, if that node
+ * is still the one it made; "world" is never one of them.  A zklock
+ * backend on another host, with the same credentials but its own
+ * certificate, makes parents that grant everything to the credentials'
+ * digest id and to that certificate's id: an id that the servers
+ * authenticate (a certificate, SASL, not an address) is accepted beside
+ * the credentials' own id with every permission, which only a client that
+ * knows that id's digest could write.  A server shows digest ids in full
+ * only to those with ADMIN on the node: zklock cannot tell its own from
+ * another's without it, and refuses the node.
  *
  * The verdicts are kept for the backend, and forgotten when it opens a
  * session as someone else (other hosts, credentials or TLS files), and all
@@ -156,13 +162,24 @@ zkac_created(const char *path, const struct Stat *stat)
 		remember(verdicts(), path, stat->czxid, stat->aversion);
 }
 
-/* Learn who zklock is from the ACL of a node it created. */
+/*
+ * Learn who zklock is from the ACL of the node at path that this
+ * acquisition created, with czxid own_czxid: unless another client deleted
+ * it and made one of the same name, whose ACL would say nothing of zklock.
+ */
 static void
-learn_own_ids(const ZkRequest *own_node)
+learn_own_ids(const char *path, const ZkRequest *own_node, int64 own_czxid)
 {
-	MemoryContext old = MemoryContextSwitchTo(zk_memory());
+	MemoryContext old;
 	int			i;
 
+	if (own_node->stat.czxid != own_czxid ||
+		own_node->stat.ephemeralOwner != zks_session_id())
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("zklock lock node \"%s\" disappeared while waiting", path),
+				 errdetail("Another client deleted the node, and one of the same name stands in its place.")));
+	old = MemoryContextSwitchTo(zk_memory());
 	forget_own_ids();
 	own_ids = palloc0(Max(own_node->nacl, 1) * sizeof(struct ACL));
 	for (i = 0; i < own_node->nacl; i++)
@@ -177,6 +194,18 @@ learn_own_ids(const ZkRequest *own_node)
 		nown_ids++;
 	}
 	MemoryContextSwitchTo(old);
+}
+
+/*
+ * Is entry the id of a client the servers authenticated, by certificate or
+ * SASL, rather than anyone, an address or a password digest?
+ */
+static bool
+is_authenticated_id(const struct ACL *entry)
+{
+	return strcmp(entry->id.scheme, "world") != 0 &&
+		strcmp(entry->id.scheme, "ip") != 0 &&
+		strcmp(entry->id.scheme, "digest") != 0;
 }
 
 static bool
@@ -249,8 +278,13 @@ static void
 judge(const char *path, const ZkRequest *req, bool lock_parent)
 {
 	bool		own_delete = false;
+	bool		own_digest_all = false;
 	int			i;
 
+	for (i = 0; i < req->nacl; i++)
+		own_digest_all |= is_own(&req->acl[i]) &&
+			strcmp(req->acl[i].id.scheme, "digest") == 0 &&
+			(req->acl[i].perms & ZOO_PERM_ALL) == ZOO_PERM_ALL;
 	for (i = 0; i < req->nacl; i++)
 	{
 		const struct ACL *entry = &req->acl[i];
@@ -265,7 +299,8 @@ judge(const char *path, const ZkRequest *req, bool lock_parent)
 					 errhint(ACL_HINT, path)));
 		if (is_own(entry))
 			own_delete |= (entry->perms & ZOO_PERM_DELETE) != 0;
-		else if (entry->perms & (ZOO_PERM_DELETE | ZOO_PERM_ADMIN))
+		else if ((entry->perms & (ZOO_PERM_DELETE | ZOO_PERM_ADMIN)) &&
+				 !(own_digest_all && is_authenticated_id(entry)))
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("ZooKeeper node \"%s\" lets clients without zklock's credentials delete lock nodes",
@@ -292,6 +327,7 @@ typedef struct AclReads
 	int			own;			/* index of the own node's read; -1: none */
 	int			root;			/* likewise */
 	int			parent;
+	int64		own_czxid;		/* of the own node, as created */
 } AclReads;
 
 typedef enum AclRead
@@ -328,7 +364,7 @@ read_and_judge_once(AclReads *r, TimestampTz deadline, struct Stat *parent_stat)
 		if (result == ACL_READ_DONE)
 		{
 			if (r->own >= 0)
-				learn_own_ids(r->reads[r->own]);
+				learn_own_ids(r->paths[r->own], r->reads[r->own], r->own_czxid);
 			if (r->root >= 0)
 				judge(r->paths[r->root], r->reads[r->root], false);
 			if (r->parent >= 0)
@@ -364,12 +400,14 @@ add_read(AclReads *r, const char *path)
 /*
  * Before the recipe trusts the queue under parent (a semaphore's, if
  * semaphore), whose listing returned parent_stat, with own_node the
- * acquisition's node in it: with credentials, check that the parent and
- * the root keep out those without them, and raise an ERROR if not.
+ * acquisition's node in it (made with own_czxid): with credentials, check
+ * that the parent and the root keep out those without them, and raise an
+ * ERROR if not.
  */
 ZkacVerdict
 zkac_check_parent(const char *parent, bool semaphore, const char *own_node,
-				  const struct Stat *parent_stat, TimestampTz deadline)
+				  int64 own_czxid, const struct Stat *parent_stat,
+				  TimestampTz deadline)
 {
 	HTAB	   *table;
 	char		root[ZKL_PARENT_MAX];
@@ -393,6 +431,7 @@ zkac_check_parent(const char *parent, bool semaphore, const char *own_node,
 	if (root_trusted && parent_trusted)
 		return ZKAC_TRUSTED;
 	r.own = own_ids == NULL ? add_read(&r, own_node) : -1;
+	r.own_czxid = own_czxid;
 	r.root = root_trusted ? -1 : add_read(&r, root);
 	r.parent = parent_trusted ? -1 : add_read(&r, parent);
 

@@ -21,7 +21,7 @@ typedef enum ZkacVerdict
 } ZkacVerdict;
 
 extern ZkacVerdict zkac_check_parent(const char *parent, bool semaphore,
-									 const char *own_node,
+									 const char *own_node, int64 own_czxid,
 									 const struct Stat *parent_stat,
 									 TimestampTz deadline);
 extern void zkac_created(const char *path, const struct Stat *stat);

@@ -268,15 +268,28 @@ zkh_raise_loss_cancel(void)
 
 /*
  * Before any lock work: if the session was lost (or closed under held
- * locks, or a release could not be kept track of), report the lost locks
- * and close it; if settings changed and nothing is held, close it so the
- * next lock opens one with the new settings.
+ * locks, or a release could not be kept track of or was refused), report
+ * the lost locks and close it; if settings changed and nothing is held,
+ * close it so the next lock opens one with the new settings.
  */
 void
 zkh_check_session(void)
 {
-	if (!zks_is_open() || zks_is_lost() || zks_janitor_failed())
+	/* Read first, so that a session already closed does not keep it set. */
+	bool		janitor_failed = zks_janitor_failed();
+	bool		refused = zks_take_refusal();
+
+	if (!zks_is_open() || zks_is_lost() || janitor_failed)
+	{
+		bool		held = entry_count(zkht_live) > 0;
+
 		lose_session(true);
+		/* With nothing held, nothing else says why. */
+		if (refused && !held)
+			ereport(WARNING,
+					(errmsg("zklock ended its ZooKeeper session"),
+					 errdetail_internal("%s", zks_loss_reason())));
+	}
 	else if (zks_settings_changed() && entry_count(zkht_live) == 0)
 		zks_close();
 	if (cancel_on_loss_stale)

@@ -463,10 +463,10 @@ end_hold(LockEntry *entry, int m, CountScope scope)
 static void
 finish_releases(bool wait)
 {
+	if (!release_failed && releases_pending && wait)
+		zkr_wait_released();
 	if (release_failed || zks_janitor_failed())
 		zks_close();
-	else if (releases_pending && wait)
-		zkr_wait_released();
 	releases_pending = false;
 	release_failed = false;
 }

@@ -68,6 +68,14 @@ static JanitorTask *janitor_tasks = NULL;
 static bool janitor_failed = false;	/* a delete lost track of, or refused */
 
 /*
+ * The last delete the server refused, for the loss's messages: kept until
+ * a new handle is made, since the session it ended is closed first.
+ */
+static char refused_path[ZKL_NODE_MAX] = "";
+static int	refused_rc = ZOK;
+static bool refusal_unreported = false;
+
+/*
  * The tasks in the list, and the bytes of the paths of the nodes they stand
  * for: written under zks_mutex, and read without it by the budget check
  * that every acquisition makes, hence atomics (zkj_prepare makes them).
@@ -117,6 +125,8 @@ zkj_clear_locked(void)
 {
 	pg_atomic_write_u32(&janitor_nodes, 0);
 	pg_atomic_write_u32(&janitor_path_bytes, 0);
+	/* What the session owned is gone with it: nothing is left to end. */
+	janitor_failed = false;
 	while (janitor_tasks)
 	{
 		JanitorTask *task = janitor_tasks;
@@ -226,7 +236,12 @@ janitor_finish(JanitorTask *task, int rc)
 		 * The backend must end the session, which deletes it.
 		 */
 		if (rc != ZOK && rc != ZNONODE && rc != ZBADARGUMENTS)
+		{
 			janitor_failed = true;
+			strlcpy(refused_path, task->path, sizeof(refused_path));
+			refused_rc = rc;
+			refusal_unreported = true;
+		}
 		janitor_unlink_locked(task);
 	}
 	/* A parked session waits for its deletes before it is closed. */
@@ -607,4 +622,44 @@ zkj_busy_locked(void)
 		if (task->in_flight)
 			return true;
 	return false;
+}
+
+/*
+ * The last delete the server refused since the handle was made, as a
+ * sentence for an error's detail into buf; false if none.  Caller holds
+ * zks_mutex.
+ */
+bool
+zkj_refusal_locked(char *buf, size_t size)
+{
+	if (refused_path[0] == '\0')
+		return false;
+	snprintf(buf, size,
+			 _("ZooKeeper refused to delete lock node \"%s\" (%s), so zklock ended the session, which deletes its nodes."),
+			 refused_path, zerror(refused_rc));
+	return true;
+}
+
+/* A new handle is being made: its refusals start afresh.  Caller holds zks_mutex. */
+void
+zkj_forget_refusal_locked(void)
+{
+	refused_path[0] = '\0';
+	refused_rc = ZOK;
+}
+
+/*
+ * Has the server refused a delete that no message has told of yet?  Clears
+ * the answer.
+ */
+bool
+zks_take_refusal(void)
+{
+	bool		unreported;
+
+	pthread_mutex_lock(&zks_mutex);
+	unreported = refusal_unreported;
+	refusal_unreported = false;
+	pthread_mutex_unlock(&zks_mutex);
+	return unreported;
 }

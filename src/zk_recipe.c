@@ -772,7 +772,8 @@ wait_in_queue(Acquisition *acq, bool wait)
 			continue;
 		}
 		switch (zkac_check_parent(acq->parent, acq->slots > 0, acq->node->path,
-								  &acq->list->stat, acq->deadline))
+								  acq->node->czxid, &acq->list->stat,
+								  acq->deadline))
 		{
 			case ZKAC_TRUSTED:
 				break;

@@ -589,6 +589,7 @@ open_handle(TimestampTz deadline)
 	zks_link.auth_failed = false;
 	zks_link.ever_connected = false;
 	zkwd_reset_locked();
+	zkj_forget_refusal_locked();
 	opener->generation = ++zks_link.generation;
 	pthread_mutex_unlock(&zks_mutex);
 

@@ -158,5 +158,6 @@ extern void zks_send_pending_deletes(void);
 extern bool zks_deleting(const char *parent, const char *child);
 extern bool zks_sweep_later(const char *parent, const char *guid);
 extern bool zks_janitor_failed(void);
+extern bool zks_take_refusal(void);
 
 #endif							/* ZK_SESSION_H */

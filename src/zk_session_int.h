@@ -154,6 +154,8 @@ extern void zkj_clear_locked(void);
 extern void zkj_release_held_locked(void);
 extern bool zkj_busy_locked(void);
 extern void zkj_prepare(void);
+extern bool zkj_refusal_locked(char *buf, size_t size);
+extern void zkj_forget_refusal_locked(void);
 extern void zkj_footprint(int *nodes, int64 *path_bytes);
 extern bool zkj_deleting_any_locked(void);
 

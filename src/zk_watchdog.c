@@ -42,6 +42,7 @@
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
 
+#include "zk_layout.h"
 #include "zk_session.h"
 #include "zk_session_int.h"
 
@@ -359,13 +360,15 @@ zks_set_lease(int64 deadline_ms, int length_ms)
 
 /*
  * Why the session was lost, as a sentence for an error's detail: its lease
- * ran out, or it expired or was cut off.
+ * ran out, the server refused to delete one of its nodes, or it expired or
+ * was cut off.
  */
 const char *
 zks_loss_reason(void)
 {
-	static char reason[160];
+	static char reason[ZKL_NODE_MAX + 200];
 	bool		lease;
+	bool		refused;
 	int			length;
 	int			timeout;
 
@@ -373,7 +376,10 @@ zks_loss_reason(void)
 	lease = lease_ran_out;
 	length = lease_length_ms;
 	timeout = zks_link.negotiated_timeout;
+	refused = !lease && zkj_refusal_locked(reason, sizeof(reason));
 	pthread_mutex_unlock(&zks_mutex);
+	if (refused)
+		return reason;
 	if (lease)
 		snprintf(reason, sizeof(reason),
 				 _("A lock was held past its lease of %d ms (zklock.lease), so zklock gave the session up."),

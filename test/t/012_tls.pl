@@ -87,6 +87,7 @@ make_ca('ca');
 make_ca('other-ca');
 make_cert('server', 'ca', 'serverAuth,clientAuth', 'DNS:localhost,IP:127.0.0.1');
 make_cert('client', 'ca', 'clientAuth');
+make_cert('client2', 'ca', 'clientAuth');
 make_cert('stranger', 'other-ca', 'clientAuth');
 run_or_die('openssl', 'pkey', '-in', "$certs/client.key", '-aes256',
 	'-passout', 'pass:key secret', '-out', "$certs/client-encrypted.key");
@@ -196,12 +197,20 @@ run_sql($w, "SELECT zk_unlock('over_tls')");
 
 	# The root and the parent the first backend made grant its certificate's
 	# x509 id too, beside the digest of the credentials: another backend with
-	# both takes them for its own.
+	# both takes them for its own, and so does one with the same credentials
+	# and a certificate of its own, as on another host.
 	my $t = zk_session($node);
 	run_sql($t, "SET $_") for @auth_settings;
 	($out, $err) = run_sql($t, "SELECT zk_try_lock('with_auth')");
 	is("$out$err", 'f', 'another backend with the same credentials trusts the nodes the first made');
 	$t->quit;
+	my $u = zk_session($node);
+	run_sql($u, "SET $_") for @auth_settings[0 .. 1];
+	run_sql($u, "SET zklock.tls_cert = '$certs/client2.pem'");
+	run_sql($u, "SET zklock.tls_key = '$certs/client2.key'");
+	($out, $err) = run_sql($u, "SELECT zk_try_lock('with_auth')");
+	is("$out$err", 'f', 'and one with another certificate of the same CA');
+	$u->quit;
 
 	run_sql($s, "SELECT zk_unlock('with_auth')");
 	{

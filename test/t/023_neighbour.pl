@@ -156,6 +156,31 @@ if ($raised)
 	exit;
 }
 
+# --- a delete the servers refuse -------------------------------------------
+#
+# A parent that lets zklock create but not delete: the released node would
+# stay, held for nobody and out of the budget's count.  The session is
+# ended instead, which deletes it.
+{
+	local $ENV{ZKINSPECT_AUTH} = 'owner:owner-pw';
+	ZkTest::zkinspect('create', "$root/undeletable");
+	ZkTest::zkinspect('set-acl', "$root/undeletable", 'crw');
+}
+{
+	my $d = verbose_session('plain');
+	($out, $err) = run_sql($d, "SELECT zk_lock('undeletable')");
+	is($err, '', 'refused delete: a lock under a parent that denies zklock DELETE');
+	($out, $err) = run_sql($d, "SELECT zk_unlock('undeletable')");
+	is("$out$err", 't', 'refused delete: released');
+	ok(wait_until('the node to be gone', sub { !ZkTest::zk_children("$root/undeletable") }),
+		'refused delete: the session is ended, and its node goes with it');
+	($out, $err) = run_sql($d, "SELECT zk_try_lock('after_refusal') AND zk_unlock('after_refusal')");
+	like($err, qr/WARNING:  01000: zklock ended its ZooKeeper session\nDETAIL:  ZooKeeper refused to delete lock node "\Q$root\E\/undeletable\/[^"]+" \(not authenticated\)/,
+		'refused delete: the next call says why');
+	is($out, 't', 'refused delete: and locks on a new session');
+	$d->quit;
+}
+
 # --- what a deadlock check costs ----------------------------------------------
 #
 # Twenty readers hold a name; ten writers queue behind them, each waiting
