@@ -409,6 +409,19 @@ janitor_send(zhandle_t *handle, JanitorTask *task)
 		janitor_finish(task, rc);
 }
 
+/* Read a flag of the janitor's and clear it. */
+static bool
+take_flag(bool *flag)
+{
+	bool		was;
+
+	pthread_mutex_lock(&zks_mutex);
+	was = *flag;
+	*flag = false;
+	pthread_mutex_unlock(&zks_mutex);
+	return was;
+}
+
 /*
  * Did the janitor lose track of a delete (out of memory), or have one
  * refused?  The caller must then end the session.  Clears the answer.
@@ -416,13 +429,7 @@ janitor_send(zhandle_t *handle, JanitorTask *task)
 bool
 zks_janitor_failed(void)
 {
-	bool		failed;
-
-	pthread_mutex_lock(&zks_mutex);
-	failed = janitor_failed;
-	janitor_failed = false;
-	pthread_mutex_unlock(&zks_mutex);
-	return failed;
+	return take_flag(&janitor_failed);
 }
 
 static JanitorTask *
@@ -655,11 +662,5 @@ zkj_forget_refusal_locked(void)
 bool
 zks_take_refusal(void)
 {
-	bool		unreported;
-
-	pthread_mutex_lock(&zks_mutex);
-	unreported = refusal_unreported;
-	refusal_unreported = false;
-	pthread_mutex_unlock(&zks_mutex);
-	return unreported;
+	return take_flag(&refusal_unreported);
 }

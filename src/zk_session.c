@@ -799,6 +799,22 @@ forget_idle_closed_locked(void)
 }
 
 /*
+ * Wait out an idle close under way; if the watchdog closed the handle,
+ * finish the close here and return true, with the mutex released.  Caller
+ * holds zks_mutex.
+ */
+static bool
+idle_closed_locked(void)
+{
+	while (idle_close == IDLE_CLOSING)
+		pthread_cond_wait(&idle_close_done, &zks_mutex);
+	if (idle_close != IDLE_CLOSED)
+		return false;
+	forget_idle_closed_locked();
+	return true;
+}
+
+/*
  * If the watchdog closed the parked session, or is closing it, take notice:
  * wait for it to finish, and find the session closed.  Costs nothing while
  * the session is not parked.
@@ -809,11 +825,7 @@ absorb_idle_close(void)
 	if (!parked_here)
 		return;
 	pthread_mutex_lock(&zks_mutex);
-	while (idle_close == IDLE_CLOSING)
-		pthread_cond_wait(&idle_close_done, &zks_mutex);
-	if (idle_close == IDLE_CLOSED)
-		forget_idle_closed_locked();
-	else
+	if (!idle_closed_locked())
 		pthread_mutex_unlock(&zks_mutex);
 }
 
@@ -828,13 +840,8 @@ unpark(void)
 	if (!parked_here)
 		return;
 	pthread_mutex_lock(&zks_mutex);
-	while (idle_close == IDLE_CLOSING)
-		pthread_cond_wait(&idle_close_done, &zks_mutex);
-	if (idle_close == IDLE_CLOSED)
-	{
-		forget_idle_closed_locked();
+	if (idle_closed_locked())
 		return;
-	}
 	parked = parked_here = false;
 	pthread_mutex_unlock(&zks_mutex);
 }
@@ -850,13 +857,8 @@ pin_handle(void)
 	if (!parked_here)
 		return zks_zh != NULL;
 	pthread_mutex_lock(&zks_mutex);
-	while (idle_close == IDLE_CLOSING)
-		pthread_cond_wait(&idle_close_done, &zks_mutex);
-	if (idle_close == IDLE_CLOSED)
-	{
-		forget_idle_closed_locked();
+	if (idle_closed_locked())
 		return false;
-	}
 	pinned = true;
 	pthread_mutex_unlock(&zks_mutex);
 	return true;
