@@ -398,27 +398,21 @@ add_read(AclReads *r, const char *path)
 }
 
 /*
- * Before the recipe trusts the queue under parent (a semaphore's, if
- * semaphore), whose listing returned parent_stat, with own_node the
- * acquisition's node in it (made with own_czxid): with credentials, check
- * that the parent and the root keep out those without them, and raise an
- * ERROR if not.
+ * The check itself, for a session with credentials; see zkac_check_parent.
+ * Apart, so that every acquisition without credentials, which returns at
+ * once, does not pay for this one's frame.
  */
-ZkacVerdict
-zkac_check_parent(const char *parent, bool semaphore, const char *own_node,
-				  int64 own_czxid, const struct Stat *parent_stat,
-				  TimestampTz deadline)
+static pg_noinline ZkacVerdict
+check_parent(const char *parent, bool semaphore, const char *own_node,
+			 int64 own_czxid, const struct Stat *parent_stat,
+			 TimestampTz deadline)
 {
-	HTAB	   *table;
+	HTAB	   *table = verdicts();
 	char		root[ZKL_PARENT_MAX];
 	AclReads	r = {{0}};
 	struct Stat read_stat = {0};
 	bool		root_trusted;
 	bool		parent_trusted;
-
-	if (!zks_has_credentials())
-		return ZKAC_TRUSTED;
-	table = verdicts();
 
 	/* <root>/<name>, or <root>/%semaphores/<name> */
 	strlcpy(root, parent, sizeof(root));
@@ -460,4 +454,22 @@ zkac_check_parent(const char *parent, bool semaphore, const char *own_node,
 	return read_stat.czxid == parent_stat->czxid &&
 		read_stat.aversion == parent_stat->aversion ?
 		ZKAC_TRUSTED : ZKAC_LIST_AGAIN;
+}
+
+/*
+ * Before the recipe trusts the queue under parent (a semaphore's, if
+ * semaphore), whose listing returned parent_stat, with own_node the
+ * acquisition's node in it (made with own_czxid): with credentials, check
+ * that the parent and the root keep out those without them, and raise an
+ * ERROR if not.
+ */
+ZkacVerdict
+zkac_check_parent(const char *parent, bool semaphore, const char *own_node,
+				  int64 own_czxid, const struct Stat *parent_stat,
+				  TimestampTz deadline)
+{
+	if (!zks_has_credentials())
+		return ZKAC_TRUSTED;
+	return check_parent(parent, semaphore, own_node, own_czxid, parent_stat,
+						deadline);
 }

@@ -277,11 +277,11 @@ zkh_check_session(void)
 {
 	/* Read first, so that a session already closed does not keep it set. */
 	bool		janitor_failed = zks_janitor_failed();
-	bool		refused = zks_take_refusal();
 
 	if (!zks_is_open() || zks_is_lost() || janitor_failed)
 	{
 		bool		held = entry_count(zkht_live) > 0;
+		bool		refused = zks_take_refusal();
 
 		lose_session(true);
 		/* With nothing held, nothing else says why. */

@@ -59,6 +59,7 @@ typedef struct JanitorTask
 	bool		answered_early; /* its completion came during that call ... */
 	int			early_rc;		/* ... with this result */
 	char	   *path;			/* node to delete, or parent to sweep */
+	int			path_bytes;		/* of the node(s) it stands for, counted */
 	char		guid[ZKN_GUID_LEN + 1];
 	struct timespec sent_at;	/* when last sent */
 } JanitorTask;
@@ -83,27 +84,12 @@ static bool refusal_unreported = false;
 static pg_atomic_uint32 janitor_nodes;
 static pg_atomic_uint32 janitor_path_bytes;
 
-/*
- * The path of the node a task stands for, in bytes: a sweep's is its
- * parent's, a uuid and the longest marker and sequence number.
- */
-static int
-task_path_bytes(const JanitorTask *task)
-{
-	int			bytes = strlen(task->path);
-
-	if (task->sweep)
-		bytes += (int) strlen("/_c_") + ZKN_GUID_LEN +
-			(int) strlen("-read-lock-") + ZKL_SEQUENCE_MAX;
-	return bytes;
-}
-
 /* A task leaves the list (it stays allocated if in flight). */
 static void
 janitor_uncount_locked(const JanitorTask *task)
 {
 	pg_atomic_sub_fetch_u32(&janitor_nodes, 1);
-	pg_atomic_sub_fetch_u32(&janitor_path_bytes, task_path_bytes(task));
+	pg_atomic_sub_fetch_u32(&janitor_path_bytes, task->path_bytes);
 }
 
 static void janitor_send(zhandle_t *handle, JanitorTask *task);
@@ -256,20 +242,30 @@ janitor_delete_done(int rc, const void *data)
 	janitor_finish((JanitorTask *) data, rc);
 }
 
+/*
+ * A task, counted for the path of the node it stands for: a sweep's is its
+ * parent's, a uuid and the longest marker and sequence number.
+ */
 static JanitorTask *
 janitor_new_task(bool sweep, const char *path, const char *guid)
 {
 	JanitorTask *task = calloc(1, sizeof(JanitorTask));
+	size_t		len = strlen(path);
 
 	if (task == NULL)
 		return NULL;
 	task->sweep = sweep;
-	task->path = strdup(path);
+	task->path = malloc(len + 1);
 	if (task->path == NULL)
 	{
 		free(task);
 		return NULL;
 	}
+	memcpy(task->path, path, len + 1);
+	task->path_bytes = len;
+	if (sweep)
+		task->path_bytes += (int) strlen("/_c_") + ZKN_GUID_LEN +
+			(int) strlen("-read-lock-") + ZKL_SEQUENCE_MAX;
 	if (guid)
 		strlcpy(task->guid, guid, sizeof(task->guid));
 	return task;
@@ -450,7 +446,7 @@ janitor_push_locked(JanitorTask *task)
 	task->next = janitor_tasks;
 	janitor_tasks = task;
 	pg_atomic_add_fetch_u32(&janitor_nodes, 1);
-	pg_atomic_add_fetch_u32(&janitor_path_bytes, task_path_bytes(task));
+	pg_atomic_add_fetch_u32(&janitor_path_bytes, task->path_bytes);
 }
 
 /* Once per backend, before the first session: the counters. */
