@@ -163,22 +163,20 @@ zkac_created(const char *path, const struct Stat *stat)
 }
 
 /*
- * Learn who zklock is from the ACL of the node at path that this
- * acquisition created, with czxid own_czxid: unless another client deleted
- * it and made one of the same name, whose ACL would say nothing of zklock.
+ * Learn who zklock is from the ACL of the node this acquisition created,
+ * with czxid own_czxid.  False if that node is gone: another client
+ * deleted it, and one of the same name, whose ACL would say nothing of
+ * zklock, may stand in its place.
  */
-static void
-learn_own_ids(const char *path, const ZkRequest *own_node, int64 own_czxid)
+static bool
+learn_own_ids(const ZkRequest *own_node, int64 own_czxid)
 {
 	MemoryContext old;
 	int			i;
 
 	if (own_node->stat.czxid != own_czxid ||
 		own_node->stat.ephemeralOwner != zks_session_id())
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("zklock lock node \"%s\" disappeared while waiting", path),
-				 errdetail("Another client deleted the node, and one of the same name stands in its place.")));
+		return false;
 	old = MemoryContextSwitchTo(zk_memory());
 	forget_own_ids();
 	own_ids = palloc0(Max(own_node->nacl, 1) * sizeof(struct ACL));
@@ -194,6 +192,7 @@ learn_own_ids(const char *path, const ZkRequest *own_node, int64 own_czxid)
 		nown_ids++;
 	}
 	MemoryContextSwitchTo(old);
+	return true;
 }
 
 /*
@@ -334,7 +333,8 @@ typedef enum AclRead
 {
 	ACL_READ_DONE,
 	ACL_READ_AGAIN,				/* the connection dropped: read again */
-	ACL_READ_LATE				/* the deadline passed */
+	ACL_READ_LATE,				/* the deadline passed */
+	ACL_READ_NODE_GONE			/* our own node is not ours any more */
 } AclRead;
 
 /*
@@ -358,13 +358,16 @@ read_and_judge_once(AclReads *r, TimestampTz deadline, struct Stat *parent_stat)
 				result = ACL_READ_LATE;
 			else if (zks_is_retryable(r->reads[i]->rc))
 				result = ACL_READ_AGAIN;
+			else if (i == r->own && r->reads[i]->rc == ZNONODE)
+				result = ACL_READ_NODE_GONE;
 			else if (r->reads[i]->rc != ZOK)
 				zks_report_error(r->reads[i]->rc, ZKS_READ, r->paths[i]);
 		}
+		if (result == ACL_READ_DONE && r->own >= 0 &&
+			!learn_own_ids(r->reads[r->own], r->own_czxid))
+			result = ACL_READ_NODE_GONE;
 		if (result == ACL_READ_DONE)
 		{
-			if (r->own >= 0)
-				learn_own_ids(r->paths[r->own], r->reads[r->own], r->own_czxid);
 			if (r->root >= 0)
 				judge(r->paths[r->root], r->reads[r->root], false);
 			if (r->parent >= 0)
@@ -437,6 +440,8 @@ check_parent(const char *parent, bool semaphore, const char *own_node,
 				break;
 			case ACL_READ_LATE:
 				return ZKAC_LATE;
+			case ACL_READ_NODE_GONE:
+				return ZKAC_NODE_GONE;
 			case ACL_READ_AGAIN:
 				if (!zks_await_connected(deadline))
 					return ZKAC_LATE;

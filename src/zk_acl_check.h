@@ -17,7 +17,8 @@ typedef enum ZkacVerdict
 {
 	ZKAC_TRUSTED,
 	ZKAC_LIST_AGAIN,			/* the ACL changed since the listing */
-	ZKAC_LATE					/* the deadline passed */
+	ZKAC_LATE,					/* the deadline passed */
+	ZKAC_NODE_GONE				/* the acquisition's node is not its own */
 } ZkacVerdict;
 
 extern ZkacVerdict zkac_check_parent(const char *parent, bool semaphore,

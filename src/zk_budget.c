@@ -7,7 +7,8 @@
  * When a session closes or expires, ZooKeeper writes one transaction that
  * lists the path of every ephemeral node the session owns, and every
  * server must read it back, from its peers and from its log, within
- * jute.maxbuffer (1 MB by default).  A larger one cannot be read: the
+ * jute.maxbuffer (1 MB by default, and as much again in ZooKeeper 3.8's
+ * reader).  A larger one cannot be read: the
  * followers drop out, the ensemble loses its quorum, and a server whose
  * log holds it does not start again (ZOOKEEPER-4306).  So a client must
  * keep each session's nodes small itself, and an ordinary SQL role must

@@ -145,7 +145,6 @@ typedef struct Owner
 	int64		published_czxid;	/* OWNER_WAITS: its wait's */
 	ZknWait		wait;
 	int			pass;			/* the pass in which it joined the graph */
-	int			member;			/* ... as this member */
 } Owner;
 
 /* One waiting session of the wait-for graph. */
@@ -400,7 +399,7 @@ add_member(Search *s, Owner *owner, const Blocker *blocker, int via)
 	m->waited_for_by = via;
 	strlcpy(m->blocking_node, blocker->node, sizeof(m->blocking_node));
 	owner->pass = s->pass;
-	owner->member = s->nmembers++;
+	s->nmembers++;
 }
 
 /*
@@ -865,7 +864,6 @@ zkd_check(const char *parent, const char *node_path, const char *identity,
 				memset(&self->wait.id, 0, sizeof(self->wait.id));
 			owner = hash_search(s->owners, &self->session, HASH_ENTER, NULL);
 			owner->state = OWNER_WAITS;
-			owner->member = 0;
 			found = search(s);
 		}
 		elog(DEBUG1, "zklock deadlock check: %llu requests, %ld ms, %d waiting sessions, %s",

@@ -182,19 +182,14 @@ start_deadlock_timer(Acquisition *acq)
 static void
 check_again_later(Acquisition *acq, bool too_large, bool watch_fired)
 {
-	if (watch_fired)
-	{
-		acq->deadlock_check_at =
-			TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-										(int64) zklock_deadlock_timeout << acq->deadlock_backoff);
-		return;
-	}
 	if (too_large && !acq->deadlock_too_large)
 		ereport(LOG,
 				(errmsg("zklock deadlock check put off: the wait-for graph has more waiting sessions than it follows"),
 				 errdetail("Lock node \"%s\".", acq->node->path)));
 	acq->deadlock_too_large |= too_large;
-	acq->deadlock_backoff = Min(acq->deadlock_backoff + 1, MAX_DEADLOCK_BACKOFF);
+	if (!watch_fired)
+		acq->deadlock_backoff = Min(acq->deadlock_backoff + 1,
+									MAX_DEADLOCK_BACKOFF);
 	acq->deadlock_check_at =
 		TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 									(int64) zklock_deadlock_timeout << acq->deadlock_backoff);
@@ -783,6 +778,8 @@ wait_in_queue(Acquisition *acq, bool wait)
 			case ZKAC_LATE:
 				acq->timed_out = true;
 				return false;
+			case ZKAC_NODE_GONE:
+				report_node_gone(acq);
 		}
 		if (!decide(acq, &verdict, &watches, &nwatch, &first_waiter))
 		{

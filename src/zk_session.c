@@ -220,6 +220,17 @@ zks_state(void)
 }
 
 /*
+ * The session's state as shown: closed, also while the watchdog closes it
+ * for idleness, or open in a ZksState.  Caller holds zks_mutex.
+ */
+static uint32
+shown_locked(void)
+{
+	return zks_zh == NULL || idle_close != IDLE_OPEN ? ZKS_SHOWN_CLOSED :
+		ZKS_SHOWN_OPEN + state_locked();
+}
+
+/*
  * Where the session's state is shown to the rest of the server (see
  * zks_show_state_in), or NULL.  Written under the mutex by the backend when
  * it opens or closes the session, and by the watchdog before each sleep:
@@ -242,8 +253,7 @@ zks_show_state_locked(void)
 
 	if (shown_state == NULL)
 		return;
-	now_shown = zks_zh == NULL || idle_close != IDLE_OPEN ? ZKS_SHOWN_CLOSED :
-		ZKS_SHOWN_OPEN + state_locked();
+	now_shown = shown_locked();
 	if (pg_atomic_read_u32(shown_state) == now_shown)
 		return;
 	pg_atomic_write_u32(shown_since, (uint32) time(NULL));
@@ -279,11 +289,8 @@ zks_shown_state(void)
 	uint32		shown;
 
 	absorb_idle_close();
-	if (zks_zh == NULL)
-		return ZKS_SHOWN_CLOSED;
 	pthread_mutex_lock(&zks_mutex);
-	shown = idle_close != IDLE_OPEN ? ZKS_SHOWN_CLOSED :
-		ZKS_SHOWN_OPEN + state_locked();
+	shown = shown_locked();
 	pthread_mutex_unlock(&zks_mutex);
 	return shown;
 }
@@ -877,8 +884,9 @@ unpin_handle(void)
 }
 
 /*
- * For the watchdog: when the parked session is to be closed, in *due;
- * false if it is not parked, is pinned, or must wait.  A session that may
+ * For the watchdog: when the parked session was parked, in *since, and how
+ * long after that it is to be closed, in *ms; false if it is not parked, is
+ * pinned, or must wait.  A session that may
  * still own nodes given up waits while it is cut off (closing could not
  * reach the server, which would keep them until the session expires) and
  * while the janitor has deletes under way (closing would drop them): a
@@ -886,21 +894,15 @@ unpin_handle(void)
  * lost, or never made, is closed all the same.  Caller holds zks_mutex.
  */
 bool
-zks_idle_deadline_locked(struct timespec *due)
+zks_idle_since_locked(struct timespec *since, int *ms)
 {
 	if (!parked || pinned || idle_close != IDLE_OPEN || zks_zh == NULL)
 		return false;
 	if (zks_link.ever_connected && state_locked() != ZKS_LOST &&
 		(zks_link.conn_state != ZOO_CONNECTED_STATE || zkj_deleting_any_locked()))
 		return false;
-	*due = idle_since;
-	due->tv_sec += idle_close_ms / 1000;
-	due->tv_nsec += (long) (idle_close_ms % 1000) * 1000000;
-	if (due->tv_nsec >= 1000000000)
-	{
-		due->tv_sec++;
-		due->tv_nsec -= 1000000000;
-	}
+	*since = idle_since;
+	*ms = idle_close_ms;
 	return true;
 }
 

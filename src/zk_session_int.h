@@ -80,7 +80,7 @@ zks_generation_context(uint64 generation)
 extern void zks_session_watcher(zhandle_t *handle, int type, int state,
 								const char *path, void *context);
 extern void zks_show_state_locked(void);
-extern bool zks_idle_deadline_locked(struct timespec *due);
+extern bool zks_idle_since_locked(struct timespec *since, int *ms);
 extern void zks_close_idle_locked(void);
 extern bool zks_start_thread(pthread_t *thread, void *(*main) (void *),
 							 void *arg);

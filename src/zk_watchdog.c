@@ -418,6 +418,8 @@ watchdog_main(void *arg)
 		struct timespec until;
 		struct timespec beat_due;
 		struct timespec idle_due;
+		struct timespec idle_since;
+		int			idle_ms;
 		bool		idle;
 
 		clock_gettime(CLOCK_MONOTONIC, &now);
@@ -426,7 +428,9 @@ watchdog_main(void *arg)
 		 * A session that has held nothing for zklock.idle_session_timeout
 		 * is closed, lost or not; this thread's work for it is then done.
 		 */
-		idle = zks_idle_deadline_locked(&idle_due);
+		idle = zks_idle_since_locked(&idle_since, &idle_ms);
+		if (idle)
+			idle_due = plus_ms(&idle_since, idle_ms);
 		if (idle && !later(&idle_due, &now))
 		{
 			zks_close_idle_locked();
