@@ -48,6 +48,15 @@ static int64 losses = 0;
 static StringInfo acknowledged_in_xact = NULL;
 
 /*
+ * The session whose session-level holds this transaction released, or
+ * RELEASED_IN_SESSIONS if several: what the transaction wrote before may
+ * have been written after a loss not yet noticed, so its commit must find
+ * that session still confirmed (zkh_check_commit).  0 if none.
+ */
+#define RELEASED_IN_SESSIONS (-1)
+static int64 released_in_session = 0;
+
+/*
  * The wording of a loss that stops a statement or a commit.  The detail
  * names the locks.
  */
@@ -307,7 +316,8 @@ bool
 zkh_any(void)
 {
 	return entry_count(zkht_live) > 0 || entry_count(zkht_lost) > 0 ||
-		(acknowledged_in_xact != NULL && acknowledged_in_xact->len > 0);
+		(acknowledged_in_xact != NULL && acknowledged_in_xact->len > 0) ||
+		released_in_session != 0;
 }
 
 /*
@@ -345,15 +355,29 @@ zkfc_note_acknowledged(const char *name)
 	pfree(quoted);
 }
 
+/* A live session-level hold was released: remember by which session. */
+void
+zkfc_note_released(void)
+{
+	int64		session = zks_session_id();
+
+	if (released_in_session == 0)
+		released_in_session = session;
+	else if (released_in_session != session)
+		released_in_session = RELEASED_IN_SESSIONS;
+}
+
 /*
- * The transaction ended: the losses it acknowledged no longer matter.
- * Called at transaction end: never raises an ERROR nor allocates.
+ * The transaction ended: the losses it acknowledged and the holds it
+ * released no longer matter.  Called at transaction end: never raises an
+ * ERROR nor allocates.
  */
 void
 zkfc_xact_ended(void)
 {
 	if (acknowledged_in_xact)
 		resetStringInfo(acknowledged_in_xact);
+	released_in_session = 0;
 }
 
 /*
@@ -450,4 +474,26 @@ zkh_check_commit(bool wrote, bool prepare)
 				 errdetail("This transaction wrote, and acknowledged the loss of these locks held at session level: %s.  What it did may have been done under them after they were lost.",
 						   acknowledged_in_xact->data),
 				 errhint("The transaction is rolled back.  Acknowledge a loss in a transaction of its own, then redo the work under a new lock.")));
+
+	/*
+	 * A release is confirmed by the server, or waited for only so long:
+	 * what the transaction wrote under the lock is safe only if the session
+	 * that held it is still the one confirmed now.
+	 */
+	if (session_too && released_in_session != 0)
+	{
+		bool		same_session = released_in_session == zks_session_id();
+
+		if (same_session && zks_confirm_contact())
+			return;
+		if (same_session)
+			lose_session(false);
+		ereport(ERROR,
+				(errcode(ERRCODE_TRANSACTION_ROLLBACK),
+				 errmsg(LOST_COMMIT_MSG),
+				 errdetail("This transaction wrote, then released a lock held at session level, and the ZooKeeper session that held it cannot be confirmed now: the write may have been done after the lock was lost.  %s",
+						   same_session ? zks_loss_reason() :
+						   _("That session has ended since.")),
+				 errhint(LOST_XACT_COMMIT_HINT)));
+	}
 }

@@ -13,31 +13,39 @@
  * statement: while one runs, the watchdog may cancel it, and the cancel
  * that comes out of it is caught and raised again in zklock's words
  * (zkh_raise_loss_cancel).  A cancel sent just as the statement ends, too
- * late to interrupt it, is taken back and raised as the statement ends.
- * Outside a statement (idle, parsing, a transaction statement, the commit
- * itself) the watchdog sends nothing, so a COMMIT always fails the same
- * way, from the commit checks, however the loss and the COMMIT interleave.
+ * late to interrupt it, is taken back and raised as the statement ends; a
+ * user's cancel that arrives in the same instant is taken back with it,
+ * which loses nothing, since the statement fails either way.  Outside a
+ * statement (idle, parsing, a transaction statement, the commit's own
+ * bookkeeping) the watchdog sends nothing: a COMMIT fails from the commit
+ * check, or as the cancel of a statement it runs (a deferred trigger's).
  *
  * A loss found while no statement runs (idle, parsing, between one
  * statement's executor calls) cancels nothing; the commit checks stop what
  * follows.
  *
- * Committing.  The commit checks (zkh_check_commit) need to know whether
+ * Committing.  The commit check (zkh_check_commit) needs to know whether
  * the transaction wrote: it has an xid, or it ran INSERT, UPDATE, DELETE
  * or MERGE (on any table, foreign ones included), COPY FROM, or any other
  * utility statement but the few that change nothing (transaction control,
- * settings, cursors, prepared statements, EXPLAIN, LISTEN, LOCK ...).
- * They run where a commit begins, ahead of other extensions' pre-commit
- * work wherever PostgreSQL lets an extension in first: after a COMMIT,
- * END or PREPARE TRANSACTION statement has set the transaction to end,
- * and as a statement that runs in a transaction of its own ends (a
- * utility statement of that kind is also checked before it runs, since
- * some, like DROP DATABASE, cannot be undone); then again in the
- * pre-commit callback, which every commit passes (a procedure's COMMIT, a
- * multi-statement query's end), but after the callbacks of extensions
- * registered later (postgres_fdw commits its remote transactions in one).
- * From a COMMIT's check, or the pre-commit callback, to the transaction's
- * end no loss cancel is sent.
+ * settings, cursors, prepared statements, EXPLAIN, LISTEN, LOCK ...).  It
+ * runs in the pre-commit callback, which every commit passes (COMMIT, an
+ * autocommit statement, a procedure's COMMIT, PREPARE TRANSACTION) after
+ * the work PostgreSQL does at commit (deferred triggers, WITH HOLD
+ * cursors): until then the transaction is an ordinary one, whose
+ * statements a loss cancels and whose lease runs out.  Other extensions
+ * commit things of their own in pre-commit callbacks too (postgres_fdw its
+ * remote transactions), and PostgreSQL calls the newest first; so at the
+ * end of every statement that may be followed by a commit that zklock
+ * checks, its callback is registered anew, to be called before any
+ * registered during the statement.  From the check to the transaction's
+ * end no loss cancel is sent and no lease runs out.
+ *
+ * Some statements are checked before they run as well: a utility
+ * statement that runs in a transaction of its own, since some commit by
+ * themselves (VACUUM) or cannot be undone (DROP DATABASE), and COMMIT
+ * PREPARED, which commits a transaction prepared earlier from one that
+ * writes nothing.
  *
  *-------------------------------------------------------------------------
  */
@@ -63,11 +71,40 @@ static int	statement_depth = 0;
 /* This transaction ran a statement that writes (see the header comment). */
 static bool transaction_wrote = false;
 
-/* This transaction's commit checks have begun. */
+/* This transaction's commit check has begun. */
 static bool committing = false;
+
+/* This transaction's pre-commit callbacks are being called. */
+static bool in_pre_commit = false;
+
+/*
+ * The pre-commit callback's argument, which it ignores, tells its newest
+ * registration from the one before (see stay_first_at_commit).
+ */
+static char registrations[2];
+static int	registration = 0;
+
+static void guard_xact_callback(XactEvent event, void *arg);
 
 /* A statement, or part of one, run inside the guard. */
 typedef void (*StatementPart) (void *arg);
+
+/*
+ * Be the first pre-commit callback again, ahead of any registered during
+ * the statement that just ended.  Registered anew before the old entry
+ * goes, so that a failed allocation leaves the old one.  Not while the
+ * pre-commit callbacks are being called: moving ours would free the entry
+ * PostgreSQL is about to follow.
+ */
+static void
+stay_first_at_commit(void)
+{
+	if (in_pre_commit || !zkh_any())
+		return;
+	RegisterXactCallback(guard_xact_callback, &registrations[1 - registration]);
+	UnregisterXactCallback(guard_xact_callback, &registrations[registration]);
+	registration = 1 - registration;
+}
 
 static void
 enter_statement(void)
@@ -83,6 +120,7 @@ enter_statement(void)
 static void
 leave_statement(void)
 {
+	stay_first_at_commit();
 	if (--statement_depth == 0 && zks_set_running(false))
 		zkh_raise_loss_cancel();
 }
@@ -98,6 +136,8 @@ leave_statement_on_error(void)
 	bool		loss_cancel = geterrcode() == ERRCODE_QUERY_CANCELED &&
 		zks_take_loss_cancel();
 
+	/* The transaction may go on, as after a savepoint's rollback. */
+	stay_first_at_commit();
 	if (--statement_depth == 0)
 		(void) zks_set_running(false);
 	if (loss_cancel)
@@ -128,8 +168,8 @@ run_guarded(StatementPart part, void *arg)
 }
 
 /*
- * The commit checks.  Where the commit itself follows (commits), they stop
- * loss cancels from then on: the checks find the loss themselves.
+ * The commit check.  Where the commit itself follows (commits), it stops
+ * loss cancels and leases from then on: the check finds a loss itself.
  */
 static void
 check_commit(bool prepare, bool commits)
@@ -280,13 +320,10 @@ finish_part(void *arg)
 		standard_ExecutorFinish(queryDesc);
 }
 
-/* After its AFTER triggers, a plannable statement is done. */
 static void
 guard_ExecutorFinish(QueryDesc *queryDesc)
 {
 	run_guarded(finish_part, queryDesc);
-	if (in_own_transaction())
-		check_commit(false, false);
 }
 
 typedef struct UtilityCall
@@ -319,9 +356,8 @@ utility_part(void *arg)
 
 /*
  * Transaction statements are not guarded: a COMMIT is checked, not
- * cancelled.  The check comes after the statement has set the transaction
- * to end, so that a refused COMMIT ends it as PostgreSQL's own failures at
- * commit do, rather than leave it waiting for a ROLLBACK.
+ * cancelled, in the pre-commit callback, which a refused COMMIT leaves as
+ * PostgreSQL's own failures at commit do: with the transaction ended.
  */
 static void
 guard_ProcessUtility(PlannedStmt *pstmt, const char *queryString,
@@ -335,14 +371,10 @@ guard_ProcessUtility(PlannedStmt *pstmt, const char *queryString,
 
 	if (IsA(parsetree, TransactionStmt))
 	{
-		TransactionStmt *stmt = (TransactionStmt *) parsetree;
-		bool		commits = (stmt->kind == TRANS_STMT_COMMIT ||
-							   stmt->kind == TRANS_STMT_PREPARE) &&
-			IsTransactionBlock() && !IsAbortedTransactionBlockState();
-
+		if (((TransactionStmt *) parsetree)->kind == TRANS_STMT_COMMIT_PREPARED &&
+			zkh_any())
+			zkh_check_commit(true, false);
 		utility_part(&call);
-		if (commits)
-			check_commit(stmt->kind == TRANS_STMT_PREPARE, true);
 		return;
 	}
 	if (utility_writes(parsetree))
@@ -352,8 +384,6 @@ guard_ProcessUtility(PlannedStmt *pstmt, const char *queryString,
 			check_commit(false, false);
 	}
 	run_guarded(utility_part, &call);
-	if (in_own_transaction())
-		check_commit(false, false);
 }
 
 static void
@@ -362,9 +392,11 @@ guard_xact_callback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
+			in_pre_commit = true;
 			check_commit(false, true);
 			break;
 		case XACT_EVENT_PRE_PREPARE:
+			in_pre_commit = true;
 			check_commit(true, true);
 			break;
 		case XACT_EVENT_COMMIT:
@@ -373,6 +405,7 @@ guard_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			transaction_wrote = false;
+			in_pre_commit = false;
 			if (committing)
 			{
 				committing = false;
@@ -396,5 +429,5 @@ zkg_install(void)
 	ExecutorFinish_hook = guard_ExecutorFinish;
 	prev_ProcessUtility = ProcessUtility_hook;
 	ProcessUtility_hook = guard_ProcessUtility;
-	RegisterXactCallback(guard_xact_callback, NULL);
+	RegisterXactCallback(guard_xact_callback, &registrations[registration]);
 }

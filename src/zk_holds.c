@@ -575,6 +575,7 @@ zkh_release_session_hold(const char *parent, bool shared, const char *name)
 						name, shared ? "shared" : "exclusive")));
 		return false;
 	}
+	zkfc_note_released();
 	end_hold(entry, shared, HOLD_SESSION);
 	finish_releases(true);
 	zkfc_update_cancel_on_loss();
@@ -590,8 +591,13 @@ zkh_release_all_session_holds(void)
 	zkht_walk_begin(&walk, zkht_lost, zkht_live);
 	while ((entry = zkht_walk_next(&walk)) != NULL)
 	{
-		if (entry->lost && modes_held(entry, HOLD_SESSION) > 0)
-			zkfc_note_acknowledged(entry->name);
+		if (modes_held(entry, HOLD_SESSION) > 0)
+		{
+			if (entry->lost)
+				zkfc_note_acknowledged(entry->name);
+			else
+				zkfc_note_released();
+		}
 		entry->modes[0].session_count = 0;
 		entry->modes[1].session_count = 0;
 		zkht_settle(entry);
@@ -743,6 +749,7 @@ zkh_release_slot(const char *parent, const char *name)
 						name)));
 		return false;
 	}
+	zkfc_note_released();
 	end_hold(entry, 0, HOLD_SESSION);
 	finish_releases(true);
 	zkfc_update_cancel_on_loss();

@@ -173,6 +173,7 @@ extern int	zkht_count_modes_held(HTAB *table, CountScope scope);
 /* zk_fail_closed.c */
 extern void zkfc_define_settings(void);
 extern void zkfc_note_acknowledged(const char *name);
+extern void zkfc_note_released(void);
 /* No ERROR and no allocation in these: transaction end runs the last two. */
 extern void zkfc_hold_added(bool xact);
 extern void zkfc_update_cancel_on_loss(void);

@@ -33,6 +33,27 @@ $east->safe_psql('postgres', q{
 		INSERT INTO work VALUES (what);
 		RETURN zk_unlock(name);
 	END $$;
+	-- Work that COMMIT runs: one deferred trigger that runs a query, and
+	-- one that runs none, only expressions.
+	CREATE TABLE deferred_work (what text);
+	CREATE FUNCTION sleep_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		PERFORM pg_sleep(30);
+		RETURN NULL;
+	END $$;
+	CREATE CONSTRAINT TRIGGER sleeps AFTER INSERT ON deferred_work
+		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION sleep_at_commit();
+	CREATE TABLE busy_work (what text);
+	CREATE FUNCTION busy_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+	DECLARE
+		until timestamptz := clock_timestamp() + interval '4 s';
+	BEGIN
+		WHILE clock_timestamp() < until LOOP
+		END LOOP;
+		RETURN NULL;
+	END $$;
+	CREATE CONSTRAINT TRIGGER busy AFTER INSERT ON busy_work
+		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION busy_at_commit();
 	CREATE EXTENSION postgres_fdw;});
 $west->safe_psql('postgres', 'CREATE TABLE remote (what text)');
 my ($west_host, $west_port) = ($west->host, $west->port);
@@ -231,6 +252,109 @@ for my $case (
 	is($west->safe_psql('postgres', 'SELECT count(*) FROM remote'), '1',
 		'and the remote write is committed');
 	$j->quit;
+}
+
+# --- COMMIT PREPARED ---------------------------------------------------------
+{
+	my $j = job();
+	run_sql($j, "SELECT zk_lock('two_phase')");
+	run_sql($j, "BEGIN; INSERT INTO work VALUES ('prepared, then lost'); PREPARE TRANSACTION 'p_lost'");
+	expire_while_running($j);
+	($out, $err) = run_sql($j, "COMMIT PREPARED 'p_lost'");
+	like($err, qr/${refused}This backend held these locks at session level, now lost: "two_phase"\./,
+		'COMMIT PREPARED in a backend with an unacknowledged loss is refused');
+	is(committed('prepared, then lost'), '0', 'COMMIT PREPARED: nothing is committed');
+	is($east->safe_psql('postgres', "SELECT count(*) FROM pg_prepared_xacts WHERE gid = 'p_lost'"),
+		'1', 'COMMIT PREPARED: the transaction stays prepared');
+	($out, $err) = run_sql($j, "ROLLBACK PREPARED 'p_lost'");
+	unlike($err, qr/ERROR/, 'COMMIT PREPARED: it can be rolled back');
+	run_sql($j, "SELECT zk_unlock('two_phase')");
+
+	run_sql($j, "SELECT zk_lock('two_phase')");
+	run_sql($j, "BEGIN; INSERT INTO work VALUES ('prepared, held'); PREPARE TRANSACTION 'p_held'");
+	($out, $err) = run_sql($j, "COMMIT PREPARED 'p_held'");
+	unlike($err, qr/ERROR/, 'COMMIT PREPARED under a held lock commits');
+	is(committed('prepared, held'), '1', 'COMMIT PREPARED: what it prepared');
+	run_sql($j, "SELECT zk_unlock('two_phase')");
+	$j->quit;
+}
+
+# --- work that COMMIT runs stays under the loss cancel and the lease --------
+#
+# Deferred triggers and WITH HOLD cursors run at COMMIT, before the commit
+# check: a lease runs out during them, and a loss cancels their queries.
+for my $case (
+	[ 'a deferred trigger', "INSERT INTO deferred_work VALUES ('deferred')" ],
+	[ 'a WITH HOLD cursor', 'DECLARE held CURSOR WITH HOLD FOR SELECT pg_sleep(30)' ])
+{
+	my ($what, $work) = @$case;
+	my $j = job();
+	my $w = zk_session($west);
+	run_sql($j, "SET zklock.lease = '2s'");
+	run_sql($j, "BEGIN; SELECT zk_xact_lock('commit_work'); $work");
+	my $started = time;
+	send_query($j, "COMMIT;");
+	($out) = run_sql($w, "SELECT zk_lock('commit_work', '25s')");
+	is($out, 't', "$what: another cluster is granted the lock while COMMIT runs it");
+	ok(await_output($j, qr/(?:$cancelled|$refused)The transaction held these locks, now lost: "commit_work"\.  A lock was held past its lease/),
+		"$what: COMMIT fails, the lease having run out");
+	cmp_ok(time - $started, '<', 20, "$what: long before the work would have ended");
+	is($east->safe_psql('postgres', "SELECT count(*) FROM deferred_work"), '0',
+		"$what: nothing is committed");
+	run_sql($w, "SELECT zk_unlock('commit_work')");
+	$_->quit for ($j, $w);
+}
+
+# A loss while COMMIT's work runs no query cancels nothing; the commit check
+# then comes before postgres_fdw commits its remote transaction, though
+# postgres_fdw registered its callback after zklock's.
+{
+	my $j = job();
+	run_sql($j, "SET zklock.lease = '2s'");
+	run_sql($j, "SELECT zk_lock('fdw_commit')");
+	($out, $err) = run_sql($j, "BEGIN; INSERT INTO remote VALUES ('fdw at commit');
+		INSERT INTO busy_work VALUES ('fdw at commit'); COMMIT");
+	like($err, qr/${refused}This backend held these locks at session level, now lost: "fdw_commit"\.  A lock was held past its lease/,
+		'postgres_fdw: a loss while COMMIT runs a deferred trigger refuses the commit');
+	is($west->safe_psql('postgres', "SELECT count(*) FROM remote WHERE what = 'fdw at commit'"), '0',
+		'postgres_fdw: and the remote transaction is not committed');
+	is($east->safe_psql('postgres', "SELECT count(*) FROM busy_work"), '0',
+		'postgres_fdw: nor the local one');
+	run_sql($j, 'SELECT zk_unlock_all()');
+	$j->quit;
+}
+
+# --- a release in a transaction that wrote ----------------------------------
+#
+# The release is not proof that the lock was held when the write was done:
+# the session may be cut off, its loss not yet known.  The commit confirms
+# the session that held the lock.
+{
+	my ($proxy, $proxy_port, $control) = start_proxy();
+	my $j = job();
+	run_sql($j, "SET zklock.hosts = '127.0.0.1:$proxy_port'");
+	run_sql($j, "SET zklock.session_timeout = '6s'");
+	ok(wait_until('the proxy to listen',
+			sub { (run_sql($j, "SELECT zk_try_lock('released')"))[0] eq 't' }),
+		'released: a lock is taken through the proxy');
+	sleep 2.5;    # the leader last heard from the session over a third of its timeout ago
+	run_sql($j, "BEGIN; INSERT INTO work VALUES ('released, cut')");
+	PostgreSQL::Test::Utils::append_to_file("$control/blackhole", '');
+	($out, $err) = run_sql($j, "SELECT zk_unlock('released')");
+	is($out, 't', 'released: the unlock returns before the cut is known');
+	($out, $err) = run_sql($j, 'COMMIT');
+	like($err, qr/${refused}This transaction wrote, then released a lock held at session level, and the ZooKeeper session that held it cannot be confirmed now/,
+		'released: the COMMIT that follows is refused once the session is lost');
+	is(committed('released, cut'), '0', 'released: nothing is committed');
+	unlink "$control/blackhole";
+
+	($out) = run_sql($j, "SELECT zk_lock('released')");
+	run_sql($j, "BEGIN; INSERT INTO work VALUES ('released, held')");
+	($out, $err) = run_sql($j, "SELECT zk_unlock('released'); COMMIT");
+	unlike($err, qr/ERROR/, 'released: with the session confirmed, the COMMIT goes on');
+	is(committed('released, held'), '1', 'released: and commits');
+	$j->quit;
+	$proxy->kill_kill;
 }
 
 # --- zklock.fail_closed = off: session-level losses are only reported ------
