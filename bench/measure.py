@@ -362,7 +362,7 @@ def pgbench_period_ms(script, n, warmup, tag, extra=(), options=""):
 
 def commit_latency_ms(pause_s, n):
     """Mean latency of COMMIT in BEGIN; zk_xact_lock; pg_sleep(pause); COMMIT
-    (pgbench -r), with a 3 s session timeout: a pause past a third of it
+    (pgbench -r), with a 3 s session timeout: a pause past a sixth of it
     makes COMMIT ask the leader for a sync first."""
     out = run([PGBENCH, "-n", "-r", "-f", SQL["commit_check"], "-c", "1", "-t", str(n),
                "-D", "pause=%g" % pause_s], cwd=SCRATCH,
@@ -375,7 +375,7 @@ def commit_latency_ms(pause_s, n):
 
 def commit_check(rep):
     """The cost of COMMIT's leader check: COMMIT after a pause of 1.2 s
-    (over a third of the 3 s session timeout) minus COMMIT right away."""
+    (over a sixth of the 3 s session timeout) minus COMMIT right away."""
     n = 3 if QUICK else 8
     fresh = commit_latency_ms(0, n)
     stale = commit_latency_ms(1.2, n)
@@ -968,7 +968,7 @@ def repeat(rep, kazoo, curator):
     fa = run_floor("awaited")
     RES.add("ratio_session_cycle_awaited", sc / fa)
     v = attempt("COMMIT's leader check", commit_check, rep)
-    log("COMMIT after a pause past a third of the session timeout: +%.3f ms (%.3f vs %.3f)"
+    log("COMMIT after a pause past a sixth of the session timeout: +%.3f ms (%.3f vs %.3f)"
         % (v, RES.values["commit_stale_ms"][-1], RES.values["commit_fresh_ms"][-1]))
     for peer, name in ((kazoo, "kazoo"), (curator, "curator")):
         v = attempt(name + " cycle", peer.cycle_ms, N, WARMUP)

@@ -18,7 +18,7 @@
  * then keeps the client content until it gives up, while the leader
  * expires the session.  So COMMIT of a transaction holding zklocks also
  * asks for an answer from the leader (a sync) unless a write or sync was
- * answered within the last third of T.
+ * answered within the last sixth of T (see zks_confirm_contact).
  *
  * The watchdog is a plain thread, started with the handle and stopped
  * before it is closed.  It is also the thread that closes a session that
@@ -554,12 +554,24 @@ sync_with_leader(TimestampTz deadline, int *rc)
  * connected and was recently confirmed by the leader, so it outlives the
  * commit.  A follower cut off from its leader still answers reads while
  * the leader expires the session; a write or sync sent within the last
- * third of the timeout T and answered proves otherwise, else syncs are
- * sent until one is answered within a third of T of being sent.  Either
- * way the session outlives the check by two thirds of T.  If that takes T
- * in all, the session may be gone: it is declared lost.  Returns true if
- * the session is fine.
+ * sixth of the timeout T and answered proves otherwise, else syncs are
+ * sent until one is answered within a sixth of T of being sent.  If that
+ * takes T in all, the session may be gone: it is declared lost.  Returns
+ * true if the session is fine.
+ *
+ * The margin.  The leader does not refresh a session when it handles a
+ * request that a follower forwards; it refreshes the sessions a follower
+ * reports in its answer to the leader's ping, sent every tickTime / 2.  So
+ * if the follower is cut off from the leader just after it forwarded our
+ * sync, the leader's last refresh may come from a contact that many pings
+ * older than the sync: the contact before the last reported ping, at most
+ * a quarter of T before it (the heartbeat), which is at most tickTime / 2
+ * before the sync.  The session then outlives the check by at least
+ * T - T/6 - T/4 - tickTime/2, and since ZooKeeper makes T at least
+ * 2 tickTime, at least T/3; connected to the leader itself, at least 5T/6.
  */
+#define LEADER_CONTACT_WINDOW(timeout)	((timeout) / 6)
+
 bool
 zks_confirm_contact(void)
 {
@@ -573,7 +585,7 @@ zks_confirm_contact(void)
 
 		if (!zks_wait_while_unsure())
 			return false;
-		if (ms_since_leader_heard() <= timeout / 3)
+		if (ms_since_leader_heard() <= LEADER_CONTACT_WINDOW(timeout))
 			return true;
 		if (give_up == 0)
 			give_up = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
@@ -589,7 +601,7 @@ zks_confirm_contact(void)
 
 		answered = sync_with_leader(give_up, &rc);
 		if (answered && server_answered(rc) &&
-			ms_since_leader_heard() <= timeout / 3)
+			ms_since_leader_heard() <= LEADER_CONTACT_WINDOW(timeout))
 			return zks_state() == ZKS_CONNECTED;
 		if (answered && !server_answered(rc) && !zks_is_retryable(rc))
 			zks_report_error(rc, ZKS_SYNC, "/");

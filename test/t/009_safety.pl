@@ -336,7 +336,7 @@ $east->safe_psql('postgres', 'CREATE EXTENSION dblink');
 # The backend talks to a follower only.  The leader is paused: the follower
 # goes on answering reads until it gives up on the leader, while a real
 # partition would let the leader expire the session meanwhile.  A COMMIT
-# whose last write is older than a third of the session timeout must hear
+# whose last write is older than a sixth of the session timeout must hear
 # from the leader first.
 $east->safe_psql('postgres', 'CREATE TABLE work (what text)');
 {
@@ -347,7 +347,7 @@ $east->safe_psql('postgres', 'CREATE TABLE work (what text)');
 	run_sql($f, "SET zklock.hosts = '$servers[$follower - 1]'");
 	run_sql($f, "SET zklock.session_timeout = '9s'");
 	run_sql($f, "BEGIN; SELECT zk_xact_lock('leaderless'); INSERT INTO work VALUES ('leaderless')");
-	sleep 4;    # past a third of the timeout since the create
+	sleep 2.5;    # past a sixth of the timeout since the create, short of a third
 	zk_ensemble('pause', $leader);
 	send_query($f, "COMMIT;\nSELECT 'after commit';");
 	sleep 2;

@@ -337,7 +337,7 @@ for my $case (
 	ok(wait_until('the proxy to listen',
 			sub { (run_sql($j, "SELECT zk_try_lock('released')"))[0] eq 't' }),
 		'released: a lock is taken through the proxy');
-	sleep 2.5;    # the leader last heard from the session over a third of its timeout ago
+	sleep 2.5;    # the leader last heard from the session over a sixth of its timeout ago
 	run_sql($j, "BEGIN; INSERT INTO work VALUES ('released, cut')");
 	PostgreSQL::Test::Utils::append_to_file("$control/blackhole", '');
 	($out, $err) = run_sql($j, "SELECT zk_unlock('released')");
@@ -399,7 +399,7 @@ for my $case (
 	run_sql($f, "SET zklock.hosts = '$servers[$follower - 1]'");
 	run_sql($f, "SET zklock.session_timeout = '9s'");
 	run_sql($f, "SELECT zk_lock('leaderless')");
-	sleep 4;    # past a third of the timeout since the create
+	sleep 4;    # past a sixth of the timeout since the create
 	zk_ensemble('pause', $leader);
 	send_query($f, "INSERT INTO work VALUES ('leaderless');\nSELECT 'after insert';");
 	sleep 2;
