@@ -361,7 +361,7 @@ zkfc_note_released(void)
 {
 	int64		session = zks_session_id();
 
-	if (released_in_session == 0)
+	if (released_in_session == 0 && session != 0)
 		released_in_session = session;
 	else if (released_in_session != session)
 		released_in_session = RELEASED_IN_SESSIONS;
@@ -496,4 +496,30 @@ zkh_check_commit(bool wrote, bool prepare)
 						   _("That session has ended since.")),
 				 errhint(LOST_XACT_COMMIT_HINT)));
 	}
+}
+
+/*
+ * May COMMIT PREPARED commit this prepared transaction?  Not while this
+ * backend remembers a lost hold that guards commits: the transaction may
+ * have been prepared under it.  The transaction stays prepared.
+ */
+void
+zkh_check_commit_prepared(const char *gid)
+{
+	CountScope	scope = zklock_fail_closed ? HOLD_ANY : HOLD_XACT;
+	StringInfoData names;
+
+	if (zkht_any_held(zkht_live, scope))
+		confirm_holds(zklock_fail_closed);
+	if (!zkht_any_held(zkht_lost, scope))
+		return;
+	initStringInfo(&names);
+	append_lost_names(&names, scope);
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("cannot commit prepared transaction \"%s\" because zklock lost its ZooKeeper session",
+					gid),
+			 errdetail("This backend held these locks, now lost: %s.  %s  Another client may hold them now.",
+					   names.data, zks_loss_reason()),
+			 errhint("The transaction stays prepared.  Roll it back with ROLLBACK PREPARED, then redo its work under a new lock.")));
 }

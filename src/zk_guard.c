@@ -18,7 +18,8 @@
  * which loses nothing, since the statement fails either way.  Outside a
  * statement (idle, parsing, a transaction statement, the commit's own
  * bookkeeping) the watchdog sends nothing: a COMMIT fails from the commit
- * check, or as the cancel of a statement it runs (a deferred trigger's).
+ * check, or as the cancel of a query it runs (a deferred trigger's), or,
+ * in a procedure, whose CALL still runs, as the CALL's cancel.
  *
  * A loss found while no statement runs (idle, parsing, between one
  * statement's executor calls) cancels nothing; the commit checks stop what
@@ -36,10 +37,10 @@
  * statements a loss cancels and whose lease runs out.  Other extensions
  * commit things of their own in pre-commit callbacks too (postgres_fdw its
  * remote transactions), and PostgreSQL calls the newest first; so at the
- * end of every statement that may be followed by a commit that zklock
- * checks, its callback is registered anew, to be called before any
- * registered during the statement.  From the check to the transaction's
- * end no loss cancel is sent and no lease runs out.
+ * end of every statement of a backend that holds zklocks, its callback is
+ * registered anew, to be called before any registered during the
+ * statement (stay_first_at_commit says how far that goes).  From the check
+ * to the transaction's end no loss cancel is sent and no lease runs out.
  *
  * Some statements are checked before they run as well: a utility
  * statement that runs in a transaction of its own, since some commit by
@@ -77,12 +78,20 @@ static bool committing = false;
 /* This transaction's pre-commit callbacks are being called. */
 static bool in_pre_commit = false;
 
+/* A COMMIT or PREPARE TRANSACTION statement has set this transaction to end. */
+static bool block_ending = false;
+
 /*
- * The pre-commit callback's argument, which it ignores, tells its newest
- * registration from the one before (see stay_first_at_commit).
+ * The pre-commit callback is registered once for good (the first of
+ * registration_args) and again, later, to be called first (see
+ * stay_first_at_commit); its argument tells the registrations apart.  Any
+ * of them checks the commit, the first called; the later ones go at the
+ * transaction's end.  At most MAX_LATER_REGISTRATIONS are made in one
+ * transaction.
  */
-static char registrations[2];
-static int	registration = 0;
+#define MAX_LATER_REGISTRATIONS 1000
+static char registration_args[1 + MAX_LATER_REGISTRATIONS];
+static int	later_registrations = 0;
 
 static void guard_xact_callback(XactEvent event, void *arg);
 
@@ -90,20 +99,41 @@ static void guard_xact_callback(XactEvent event, void *arg);
 typedef void (*StatementPart) (void *arg);
 
 /*
- * Be the first pre-commit callback again, ahead of any registered during
- * the statement that just ended.  Registered anew before the old entry
- * goes, so that a failed allocation leaves the old one.  Not while the
- * pre-commit callbacks are being called: moving ours would free the entry
- * PostgreSQL is about to follow.
+ * Drop the later registrations; only where no callback can be being
+ * called, or from the lasting registration's own call, after theirs.
+ */
+static void
+forget_later_registrations(void)
+{
+	for (; later_registrations > 0; later_registrations--)
+		UnregisterXactCallback(guard_xact_callback,
+							   &registration_args[later_registrations]);
+}
+
+/*
+ * A statement ended: make the pre-commit callback the first again, ahead of
+ * any registered during the statement (postgres_fdw registers on its first
+ * use), so that the commit check comes before their pre-commit work.
+ *
+ * PostgreSQL follows the list of callbacks while it calls them, so no
+ * registration may be dropped while they could be being called: that is,
+ * inside a commit, where a callback ahead of ours may run statements.  A
+ * statement at the top of a transaction block that is not ending is not
+ * inside a commit: there the earlier registrations are dropped.  Elsewhere
+ * one is only added, up to the bound.
  */
 static void
 stay_first_at_commit(void)
 {
 	if (in_pre_commit || !zkh_any())
 		return;
-	RegisterXactCallback(guard_xact_callback, &registrations[1 - registration]);
-	UnregisterXactCallback(guard_xact_callback, &registrations[registration]);
-	registration = 1 - registration;
+	if (statement_depth == 0 && IsTransactionBlock() && !block_ending)
+		forget_later_registrations();
+	if (later_registrations == MAX_LATER_REGISTRATIONS)
+		return;
+	RegisterXactCallback(guard_xact_callback,
+						 &registration_args[later_registrations + 1]);
+	later_registrations++;
 }
 
 static void
@@ -120,7 +150,6 @@ enter_statement(void)
 static void
 leave_statement(void)
 {
-	stay_first_at_commit();
 	if (--statement_depth == 0 && zks_set_running(false))
 		zkh_raise_loss_cancel();
 }
@@ -136,8 +165,6 @@ leave_statement_on_error(void)
 	bool		loss_cancel = geterrcode() == ERRCODE_QUERY_CANCELED &&
 		zks_take_loss_cancel();
 
-	/* The transaction may go on, as after a savepoint's rollback. */
-	stay_first_at_commit();
 	if (--statement_depth == 0)
 		(void) zks_set_running(false);
 	if (loss_cancel)
@@ -172,15 +199,22 @@ run_guarded(StatementPart part, void *arg)
  * loss cancels and leases from then on: the check finds a loss itself.
  */
 static void
-check_commit(bool prepare, bool commits)
+start_committing(void)
 {
-	if (!zkh_any())
-		return;
-	if (commits && !committing)
+	if (!committing)
 	{
 		committing = true;
 		(void) zks_set_committing(true);
 	}
+}
+
+static void
+check_commit(bool prepare, bool commits)
+{
+	if (!zkh_any())
+		return;
+	if (commits)
+		start_committing();
 	zkh_check_commit(transaction_wrote ||
 					 TransactionIdIsValid(GetTopTransactionIdIfAny()),
 					 prepare);
@@ -320,10 +354,12 @@ finish_part(void *arg)
 		standard_ExecutorFinish(queryDesc);
 }
 
+/* A plannable statement ends here, after its AFTER triggers. */
 static void
 guard_ExecutorFinish(QueryDesc *queryDesc)
 {
 	run_guarded(finish_part, queryDesc);
+	stay_first_at_commit();
 }
 
 typedef struct UtilityCall
@@ -371,10 +407,22 @@ guard_ProcessUtility(PlannedStmt *pstmt, const char *queryString,
 
 	if (IsA(parsetree, TransactionStmt))
 	{
-		if (((TransactionStmt *) parsetree)->kind == TRANS_STMT_COMMIT_PREPARED &&
-			zkh_any())
-			zkh_check_commit(true, false);
+		TransactionStmtKind kind = ((TransactionStmt *) parsetree)->kind;
+
+		/*
+		 * COMMIT PREPARED commits from a transaction that wrote nothing: it
+		 * is checked before, and the check holds off the lease until that
+		 * transaction ends, after the commit it makes.
+		 */
+		if (kind == TRANS_STMT_COMMIT_PREPARED && zkh_any())
+		{
+			transaction_wrote = true;
+			start_committing();
+			zkh_check_commit_prepared(((TransactionStmt *) parsetree)->gid);
+		}
 		utility_part(&call);
+		if (kind == TRANS_STMT_COMMIT || kind == TRANS_STMT_PREPARE)
+			block_ending = true;
 		return;
 	}
 	if (utility_writes(parsetree))
@@ -384,20 +432,26 @@ guard_ProcessUtility(PlannedStmt *pstmt, const char *queryString,
 			check_commit(false, false);
 	}
 	run_guarded(utility_part, &call);
+	stay_first_at_commit();
 }
 
+/*
+ * Called once per registration: the first call of each event does the
+ * work, and the lasting registration, called after the later ones, drops
+ * them.
+ */
 static void
 guard_xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
-			in_pre_commit = true;
-			check_commit(false, true);
-			break;
 		case XACT_EVENT_PRE_PREPARE:
-			in_pre_commit = true;
-			check_commit(true, true);
+			if (!in_pre_commit)
+			{
+				in_pre_commit = true;
+				check_commit(event == XACT_EVENT_PRE_PREPARE, true);
+			}
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
@@ -406,11 +460,14 @@ guard_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PREPARE:
 			transaction_wrote = false;
 			in_pre_commit = false;
+			block_ending = false;
 			if (committing)
 			{
 				committing = false;
 				(void) zks_set_committing(false);
 			}
+			if (arg == &registration_args[0])
+				forget_later_registrations();
 			break;
 		default:
 			break;
@@ -429,5 +486,5 @@ zkg_install(void)
 	ExecutorFinish_hook = guard_ExecutorFinish;
 	prev_ProcessUtility = ProcessUtility_hook;
 	ProcessUtility_hook = guard_ProcessUtility;
-	RegisterXactCallback(guard_xact_callback, &registrations[registration]);
+	RegisterXactCallback(guard_xact_callback, &registration_args[0]);
 }

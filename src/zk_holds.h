@@ -55,6 +55,7 @@ extern int	zkh_held_count(void);
 /* zk_fail_closed.c: what a loss does to it */
 extern void zkh_check_session(void);
 extern void zkh_check_commit(bool wrote, bool prepare);
+extern void zkh_check_commit_prepared(const char *gid);
 pg_noreturn extern void zkh_raise_loss_cancel(void);
 extern bool zkh_any(void);
 extern int	zkh_unacknowledged_losses(void);

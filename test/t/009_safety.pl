@@ -9,7 +9,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(time usleep);
+use Time::HiRes qw(time sleep usleep);
 use ZkTest;
 
 my $root = '/zklock_t009';
@@ -347,13 +347,15 @@ $east->safe_psql('postgres', 'CREATE TABLE work (what text)');
 	run_sql($f, "SET zklock.hosts = '$servers[$follower - 1]'");
 	run_sql($f, "SET zklock.session_timeout = '9s'");
 	run_sql($f, "BEGIN; SELECT zk_xact_lock('leaderless'); INSERT INTO work VALUES ('leaderless')");
-	sleep 2.5;    # past a sixth of the timeout since the create, short of a third
+	sleep 1.8;    # past a sixth of the timeout since the create, short of a third
 	zk_ensemble('pause', $leader);
 	send_query($f, "COMMIT;\nSELECT 'after commit';");
 	sleep 2;
 	$f->{run}->pump_nb;
 	unlike($f->{stdout}, qr/after commit/,
 		'leaderless: COMMIT waits while the follower cannot reach the leader');
+	is($east->safe_psql('postgres', "SELECT count(*) FROM work WHERE what = 'leaderless'"), '0',
+		'leaderless: before it commits');
 	zk_ensemble('resume', $leader);
 	$f->{timeout}->start();
 	$f->{run}->pump until $f->{stdout} =~ /after commit/ || $f->{timeout}->is_expired;

@@ -46,7 +46,7 @@ $east->safe_psql('postgres', q{
 	CREATE TABLE busy_work (what text);
 	CREATE FUNCTION busy_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
 	DECLARE
-		until timestamptz := clock_timestamp() + interval '4 s';
+		until timestamptz := clock_timestamp() + interval '6 s';
 	BEGIN
 		WHILE clock_timestamp() < until LOOP
 		END LOOP;
@@ -261,8 +261,10 @@ for my $case (
 	run_sql($j, "BEGIN; INSERT INTO work VALUES ('prepared, then lost'); PREPARE TRANSACTION 'p_lost'");
 	expire_while_running($j);
 	($out, $err) = run_sql($j, "COMMIT PREPARED 'p_lost'");
-	like($err, qr/${refused}This backend held these locks at session level, now lost: "two_phase"\./,
+	like($err, qr/ERROR:  55000: cannot commit prepared transaction "p_lost" because zklock lost its ZooKeeper session\nDETAIL:  This backend held these locks, now lost: "two_phase"\./,
 		'COMMIT PREPARED in a backend with an unacknowledged loss is refused');
+	like($err, qr/HINT:  The transaction stays prepared\.  Roll it back with ROLLBACK PREPARED/,
+		'COMMIT PREPARED: saying what to do with it');
 	is(committed('prepared, then lost'), '0', 'COMMIT PREPARED: nothing is committed');
 	is($east->safe_psql('postgres', "SELECT count(*) FROM pg_prepared_xacts WHERE gid = 'p_lost'"),
 		'1', 'COMMIT PREPARED: the transaction stays prepared');
@@ -290,7 +292,7 @@ for my $case (
 	my ($what, $work) = @$case;
 	my $j = job();
 	my $w = zk_session($west);
-	run_sql($j, "SET zklock.lease = '2s'");
+	run_sql($j, "SET zklock.lease = '4s'");
 	run_sql($j, "BEGIN; SELECT zk_xact_lock('commit_work'); $work");
 	my $started = time;
 	send_query($j, "COMMIT;");
@@ -299,8 +301,10 @@ for my $case (
 	ok(await_output($j, qr/(?:$cancelled|$refused)The transaction held these locks, now lost: "commit_work"\.  A lock was held past its lease/),
 		"$what: COMMIT fails, the lease having run out");
 	cmp_ok(time - $started, '<', 20, "$what: long before the work would have ended");
+	($out, $err) = run_sql($j, 'FETCH held');
+	like($err, qr/cursor "held" does not exist/, "$what: no cursor is kept");
 	is($east->safe_psql('postgres', "SELECT count(*) FROM deferred_work"), '0',
-		"$what: nothing is committed");
+		"$what: no row is committed");
 	run_sql($w, "SELECT zk_unlock('commit_work')");
 	$_->quit for ($j, $w);
 }
@@ -310,7 +314,7 @@ for my $case (
 # postgres_fdw registered its callback after zklock's.
 {
 	my $j = job();
-	run_sql($j, "SET zklock.lease = '2s'");
+	run_sql($j, "SET zklock.lease = '3s'");
 	run_sql($j, "SELECT zk_lock('fdw_commit')");
 	($out, $err) = run_sql($j, "BEGIN; INSERT INTO remote VALUES ('fdw at commit');
 		INSERT INTO busy_work VALUES ('fdw at commit'); COMMIT");
@@ -348,7 +352,10 @@ for my $case (
 	is(committed('released, cut'), '0', 'released: nothing is committed');
 	unlink "$control/blackhole";
 
-	($out) = run_sql($j, "SELECT zk_lock('released')");
+	# The delete never reached ZooKeeper: the node goes when the cut-off
+	# session expires.
+	($out, $err) = run_sql($j, "SELECT zk_lock('released', '20s')");
+	is($out, 't', 'released: the lock is taken again on a new session');
 	run_sql($j, "BEGIN; INSERT INTO work VALUES ('released, held')");
 	($out, $err) = run_sql($j, "SELECT zk_unlock('released'); COMMIT");
 	unlike($err, qr/ERROR/, 'released: with the session confirmed, the COMMIT goes on');
