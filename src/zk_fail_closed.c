@@ -361,10 +361,11 @@ zkfc_note_released(void)
 {
 	int64		session = zks_session_id();
 
-	if (released_in_session == 0 && session != 0)
-		released_in_session = session;
-	else if (released_in_session != session)
+	if (session == 0 ||
+		(released_in_session != 0 && released_in_session != session))
 		released_in_session = RELEASED_IN_SESSIONS;
+	else
+		released_in_session = session;
 }
 
 /*
@@ -493,7 +494,7 @@ zkh_check_commit(bool wrote, bool prepare)
 				 errmsg(LOST_COMMIT_MSG),
 				 errdetail("This transaction wrote, then released a lock held at session level, and the ZooKeeper session that held it cannot be confirmed now: the write may have been done after the lock was lost.  %s",
 						   same_session ? zks_loss_reason() :
-						   _("That session has ended since.")),
+						   _("That session, or one of them, has ended since.")),
 				 errhint(LOST_XACT_COMMIT_HINT)));
 	}
 }

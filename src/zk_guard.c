@@ -78,7 +78,12 @@ static bool committing = false;
 /* This transaction's pre-commit callbacks are being called. */
 static bool in_pre_commit = false;
 
-/* A COMMIT or PREPARE TRANSACTION statement has set this transaction to end. */
+/*
+ * This transaction is a block that BEGIN started (not one that a query of
+ * several statements makes, whose commit no COMMIT statement announces),
+ * and a COMMIT or PREPARE TRANSACTION statement has set it to end.
+ */
+static bool explicit_block = false;
 static bool block_ending = false;
 
 /*
@@ -86,8 +91,7 @@ static bool block_ending = false;
  * registration_args) and again, later, to be called first (see
  * stay_first_at_commit); its argument tells the registrations apart.  Any
  * of them checks the commit, the first called; the later ones go at the
- * transaction's end.  At most MAX_LATER_REGISTRATIONS are made in one
- * transaction.
+ * transaction's end.  At most MAX_LATER_REGISTRATIONS are kept at once.
  */
 #define MAX_LATER_REGISTRATIONS 1000
 static char registration_args[1 + MAX_LATER_REGISTRATIONS];
@@ -118,19 +122,24 @@ forget_later_registrations(void)
  * PostgreSQL follows the list of callbacks while it calls them, so no
  * registration may be dropped while they could be being called: that is,
  * inside a commit, where a callback ahead of ours may run statements.  A
- * statement at the top of a transaction block that is not ending is not
- * inside a commit: there the earlier registrations are dropped.  Elsewhere
- * one is only added, up to the bound.
+ * statement at the top of a block that BEGIN started and that is not
+ * ending is not inside a commit: there the earlier registrations are
+ * dropped.  Elsewhere one is only added, up to the bound; past it, a
+ * callback registered later may come first.
  */
 static void
 stay_first_at_commit(void)
 {
 	if (in_pre_commit || !zkh_any())
 		return;
-	if (statement_depth == 0 && IsTransactionBlock() && !block_ending)
+	if (statement_depth == 0 && explicit_block && !block_ending)
 		forget_later_registrations();
 	if (later_registrations == MAX_LATER_REGISTRATIONS)
+	{
+		elog(DEBUG1, "zklock keeps %d registrations of its pre-commit callback, and adds no more in this transaction",
+			 later_registrations);
 		return;
+	}
 	RegisterXactCallback(guard_xact_callback,
 						 &registration_args[later_registrations + 1]);
 	later_registrations++;
@@ -409,6 +418,9 @@ guard_ProcessUtility(PlannedStmt *pstmt, const char *queryString,
 	{
 		TransactionStmtKind kind = ((TransactionStmt *) parsetree)->kind;
 
+		/* An aborted block ends without a commit, or any callback. */
+		bool		aborted = IsAbortedTransactionBlockState();
+
 		/*
 		 * COMMIT PREPARED commits from a transaction that wrote nothing: it
 		 * is checked before, and the check holds off the lease until that
@@ -416,12 +428,14 @@ guard_ProcessUtility(PlannedStmt *pstmt, const char *queryString,
 		 */
 		if (kind == TRANS_STMT_COMMIT_PREPARED && zkh_any())
 		{
-			transaction_wrote = true;
 			start_committing();
 			zkh_check_commit_prepared(((TransactionStmt *) parsetree)->gid);
 		}
 		utility_part(&call);
-		if (kind == TRANS_STMT_COMMIT || kind == TRANS_STMT_PREPARE)
+		if (kind == TRANS_STMT_BEGIN || kind == TRANS_STMT_START)
+			explicit_block = true;
+		else if ((kind == TRANS_STMT_COMMIT || kind == TRANS_STMT_PREPARE) &&
+				 !aborted)
 			block_ending = true;
 		return;
 	}
@@ -436,9 +450,10 @@ guard_ProcessUtility(PlannedStmt *pstmt, const char *queryString,
 }
 
 /*
- * Called once per registration: the first call of each event does the
- * work, and the lasting registration, called after the later ones, drops
- * them.
+ * Called once per registration: the first call at PRE_COMMIT or
+ * PRE_PREPARE checks the commit, the end events reset the transaction's
+ * state (again, harmlessly, in the later calls), and the lasting
+ * registration, called after the later ones, drops them.
  */
 static void
 guard_xact_callback(XactEvent event, void *arg)
@@ -460,6 +475,7 @@ guard_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PREPARE:
 			transaction_wrote = false;
 			in_pre_commit = false;
+			explicit_block = false;
 			block_ending = false;
 			if (committing)
 			{
