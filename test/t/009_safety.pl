@@ -188,8 +188,10 @@ for my $kind ('kazoo', 'curator')
 		my $name = "own_${kind}$first";
 		my $what = "$kind between zk_lock$first and zk_lock$second";
 		my $a = zk_session($east);
-		my $peer = start_peer($kind, "$root/$name");
+		# The lock first: a JVM starting meanwhile can hold up the connect
+		# on a loaded machine.
 		run_sql($a, "SELECT zk_lock$first('$name')");
+		my $peer = start_peer($kind, "$root/$name");
 		peer_send($peer, 'acquire');
 		ok(zk_wait_contenders("$root/$name", 2), "$what: the peer queues");
 		($out) = run_sql($a, "SELECT zk_lock$second('$name', '20s')");
