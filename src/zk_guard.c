@@ -203,10 +203,7 @@ run_guarded(StatementPart part, void *arg)
 	leave_statement();
 }
 
-/*
- * The commit check.  Where the commit itself follows (commits), it stops
- * loss cancels and leases from then on: the check finds a loss itself.
- */
+/* From here to the transaction's end no loss cancel and no lease. */
 static void
 start_committing(void)
 {
@@ -217,6 +214,10 @@ start_committing(void)
 	}
 }
 
+/*
+ * The commit check.  Where the commit itself follows (commits), it stops
+ * loss cancels and leases from then on: the check finds a loss itself.
+ */
 static void
 check_commit(bool prepare, bool commits)
 {
