@@ -110,12 +110,10 @@ for my $kind ('kazoo', 'curator')
 		{
 			# While it holds, the next in line still waits.
 			my ($next_kind, $next) = @{ $queue[ $i + 1 ] };
-			sleep 1;
-			$next->{run}->pump_nb;
-			my $early = $next_kind eq 'sql'
-			  ? $next->{stdout} =~ /sql granted/
-			  : $next->{out} =~ /^acquired$/m;
-			ok(!$early, "and contender " . ($i + 3) . " ($next_kind) still waits");
+			my $waits = $next_kind eq 'sql'
+			  ? still_waiting($node, $next, qr/sql granted/)
+			  : peer_silent($next, 1);
+			ok($waits, "and contender " . ($i + 3) . " ($next_kind) still waits");
 		}
 		if ($kind eq 'sql')
 		{
