@@ -124,8 +124,12 @@ ok(wait_until('the exited backend\'s rows to go',
 		'statistics are per server');
 	$_->quit for @s;
 
-	my $unprivileged = $east->psql('postgres', "SET ROLE pg_monitor; SELECT zk_stat_locks_reset()");
-	isnt($unprivileged, 0, 'only privileged roles may reset them');
+	my ($rc, $stdout, $stderr) = $east->psql('postgres',
+		"\\set VERBOSITY verbose\nSET ROLE pg_monitor; SELECT zk_stat_locks_reset()");
+	like($stderr, qr/ERROR:  42501: permission denied for function zk_stat_locks_reset/,
+		'only privileged roles may reset them');
+	is(query($east, "SELECT acquisitions FROM zk_stat_locks WHERE name = 'counted'"),
+		$backend_sum, 'and a refused reset leaves them');
 }
 
 # --- more holds than slots, more names than statistics ---------------------

@@ -2,7 +2,8 @@
 # ```sql block is run by psql (ON_ERROR_STOP, so psql's own \gset and \if
 # work too) in a fresh database of a cluster with zklock (one that
 # schedules a pg_cron job, in pg_cron's database), so the docs cannot drift
-# from the functions, their arguments or their settings.
+# from the functions, their arguments or their settings; and no SQL sits
+# in a block of another kind, where it would not be run.
 # Outputs are not compared: the examples show made-up data.
 use strict;
 use warnings;
@@ -27,22 +28,33 @@ $node->safe_psql('postgres', "CREATE EXTENSION pg_cron; $fixtures") if $have_cro
 
 my @files = ("$src/README.md", sort glob("$src/docs/*.md"));
 my $blocks = 0;
+# Blocks of another kind (output, settings, shell) are not run, so SQL in
+# one would break the README's promise unseen: a line that opens with a
+# statement's first word marks one.
+my $statement = qr/^(?:SELECT|WITH|CREATE|ALTER|DROP|INSERT|UPDATE|DELETE
+	|BEGIN|COMMIT|SET|RESET|SHOW|GRANT|REVOKE|CALL|DO)\s/x;
+my @sql_elsewhere;
 for my $file (@files)
 {
-	my ($in, $start, @sql) = (0, 0);
+	my ($in, $kind, $start, @sql) = (0, '', 0);
 	my $n = 0;
 	for my $line (split /\n/, slurp_file($file))
 	{
 		$n++;
-		if (!$in && $line =~ /^```sql\s*$/)
+		if (!$in && $line =~ /^```(\S*)\s*$/)
 		{
-			($in, $start, @sql) = (1, $n);
+			($in, $kind, $start, @sql) = (1, $1, $n);
 			next;
 		}
 		if ($in && $line =~ /^```/)
 		{
 			$in = 0;
 			my $where = ($file =~ s{^\Q$src\E/}{}r) . ":$start";
+			if ($kind ne 'sql')
+			{
+				push @sql_elsewhere, $where if grep { $_ =~ $statement } @sql;
+				next;
+			}
 			my $db = 'docs_' . ++$blocks;
 			my $text = join("\n", @sql) . "\n";
 			# pg_cron's jobs are scheduled in the one database it lives in.
@@ -73,7 +85,8 @@ for my $file (@files)
 		}
 		push @sql, $line if $in;
 	}
-	ok(!$in, "$file: every sql block is closed");
+	ok(!$in, "$file: every code block is closed");
 }
 cmp_ok($blocks, '>=', 9, 'the examples were found');
+is_deeply(\@sql_elsewhere, [], 'every SQL example is in a block tagged sql');
 done_testing();

@@ -337,16 +337,25 @@ sub peer_expect
 	return 1;
 }
 
-# Does the peer print nothing at all for $seconds?  Neither an answer
-# nor an error: "not granted" must not pass because the peer failed.
+# Does the peer print nothing at all for $seconds, and is it still
+# running then?  Neither an answer, nor an error, nor an exit: "not
+# granted" must not pass because the peer failed.
 sub peer_silent
 {
 	my ($peer, $seconds) = @_;
 	$peer->{timer}->start($seconds);
-	$peer->{run}->pump until $peer->{out} =~ /\S/ || $peer->{timer}->is_expired;
+	# pump dies ("process ended prematurely") once the peer has exited.
+	my $alive = eval {
+		$peer->{run}->pump
+		  until $peer->{out} =~ /\S/ || $peer->{timer}->is_expired;
+		$peer->{run}->pumpable;
+	};
 	diag("peer $peer->{kind}: expected silence, got:\n$peer->{out}")
 	  if $peer->{out} =~ /\S/;
-	return $peer->{out} !~ /\S/;
+	diag("peer $peer->{kind}: expected it waiting, but it has exited:\n"
+		  . $peer->{err})
+	  unless $alive;
+	return $alive && $peer->{out} !~ /\S/;
 }
 
 sub peer_quit
