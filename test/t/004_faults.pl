@@ -271,6 +271,8 @@ sub nodes_left
 	($out) = run_sql($p, "SELECT zk_lock('proxied', '3s')");
 	is($out, 'f', 'a timed wait whose create reply was lost times out');
 	ok(zk_wait_contenders("$root/proxied", 1), 'and leaves no node behind');
+	# Without the fault it would time out all the same.
+	ok(!-e "$control/drop-create-reply", 'the timed wait: the fault fired');
 	run_sql($w, "SELECT zk_unlock('proxied')");
 	is_deeply([ zk_lock_nodes($root) ], [],
 		'no node left, with every session still open');
