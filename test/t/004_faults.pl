@@ -69,9 +69,7 @@ sub nodes_left
 	run_sql($h, "SELECT zk_lock('short_outage'); BEGIN; SELECT zk_xact_lock('short_outage_x')");
 	zk_ensemble('stop');
 	send_query($h, "COMMIT;\nSELECT 'after commit';");
-	sleep 2;
-	$h->{run}->pump_nb;
-	unlike($h->{stdout}, qr/after commit/,
+	ok(still_waiting($east, $h, qr/after commit/, statement => qr/^COMMIT;?$/, seconds => 2),
 		'COMMIT during an outage waits for the session to come back');
 	zk_ensemble('start');
 	ok(await_output($h, qr/after commit/), 'and then commits, without an error');
