@@ -93,11 +93,8 @@ sub expire_while_running
 			"SELECT wait_event FROM pg_stat_activity WHERE pid = $s->{zk_pid}") eq 'PgSleep'
 	});
 	ZkTest::zkinspect('expire', $creds);
-	$s->{timeout}->start();
-	$s->{run}->pump until $s->{stderr} =~ /ERROR/ || $s->{timeout}->is_expired;
-	$s->{run}->pump_nb;
-	my $printed = $s->{stderr};
-	$s->{stdout} = $s->{stderr} = '';
+	# All of the error, its DETAIL and HINT too, not what one read got.
+	my (undef, $printed) = await_output_and_stderr($s, qr/ERROR/);
 	return $printed;
 }
 
