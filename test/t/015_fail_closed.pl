@@ -158,6 +158,30 @@ sub expire_while_running
 	$j->quit;
 }
 
+# --- a write queued while the job is frozen ---------------------------------
+#
+# The job reads the INSERT the moment it resumes, while its watchdog finds
+# the loss: found while the INSERT runs, the loss cancels it (57014); found
+# before, it refuses the INSERT's commit (40000).  Either way nothing
+# commits.
+{
+	my $j = job();
+	my $w = zk_session($west);
+	run_sql($j, "SELECT zk_lock('datastore_q')");
+	kill 'STOP', $j->{zk_pid};
+	# psql sends it to the frozen backend while the other cluster waits.
+	send_query($j, "INSERT INTO work VALUES ('queued while frozen');");
+	($out) = run_sql($w, "SELECT zk_lock('datastore_q', '20s')");
+	is($out, 't', 'frozen, write queued: another cluster gets the lock');
+	kill 'CONT', $j->{zk_pid};
+	ok(await_output($j,
+			qr/(?:$cancelled|$refused)\QThis backend held these locks at session level, now lost: "datastore_q".\E/),
+		'frozen, write queued: the write fails closed when the job resumes');
+	is(committed('queued while frozen'), '0', 'frozen, write queued: and is not committed');
+	run_sql($w, "SELECT zk_unlock('datastore_q')");
+	$_->quit for ($j, $w);
+}
+
 # --- every mode of a session-level hold guards commits ----------------------
 for my $case (
 	[ 'exclusive', "SELECT zk_lock('mode_x')", '"mode_x"', "SELECT zk_unlock('mode_x')" ],
