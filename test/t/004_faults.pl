@@ -69,9 +69,7 @@ sub nodes_left
 	run_sql($h, "SELECT zk_lock('short_outage'); BEGIN; SELECT zk_xact_lock('short_outage_x')");
 	zk_ensemble('stop');
 	send_query($h, "COMMIT;\nSELECT 'after commit';");
-	sleep 2;
-	$h->{run}->pump_nb;
-	unlike($h->{stdout}, qr/after commit/,
+	ok(still_waiting($east, $h, qr/after commit/, statement => qr/^COMMIT;?$/, seconds => 2),
 		'COMMIT during an outage waits for the session to come back');
 	zk_ensemble('start');
 	ok(await_output($h, qr/after commit/), 'and then commits, without an error');
@@ -271,6 +269,8 @@ sub nodes_left
 	($out) = run_sql($p, "SELECT zk_lock('proxied', '3s')");
 	is($out, 'f', 'a timed wait whose create reply was lost times out');
 	ok(zk_wait_contenders("$root/proxied", 1), 'and leaves no node behind');
+	# Without the fault it would time out all the same.
+	ok(!-e "$control/drop-create-reply", 'the timed wait: the fault fired');
 	run_sql($w, "SELECT zk_unlock('proxied')");
 	is_deeply([ zk_lock_nodes($root) ], [],
 		'no node left, with every session still open');

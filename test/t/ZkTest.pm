@@ -200,18 +200,61 @@ sub zk_wait_contenders
 		sub { @c = zk_contenders($path); @c == $n }, $timeout);
 }
 
-# After a second, is this session's backend still waiting for a zklock,
-# with nothing matching $marker printed (and so no error either)?
+# Read what psql has written until a quarter of a second passes with
+# nothing more: one read may leave some of it in the pipe.
+sub drain_output
+{
+	my ($session) = @_;
+	$session->{timeout}->start();
+	my $seen = -1;
+	while ($seen != length($session->{stdout}) + length($session->{stderr}))
+	{
+		$seen = length($session->{stdout}) + length($session->{stderr});
+		usleep(250_000);
+		$session->{run}->pump_nb;
+	}
+	return;
+}
+
+# Is this session's backend still waiting for zklock in the statement it
+# ran $seconds (1 unless given) after it was sent, with nothing matching
+# $marker printed and no error?  The statement is the one whose text
+# matches $statement, or else $marker.  psql reads its next line only once
+# a statement ends, so nothing sent through it can show that its output is
+# complete while one runs; the server's view does.  The backend is seen on
+# the statement, then everything psql printed before it is read, then the
+# backend is seen on the same run of it still: it has not ended, so its
+# result and its error cannot have been sent.
 sub still_waiting
 {
-	my ($node, $session, $marker) = @_;
-	sleep 1;
-	$session->{run}->pump_nb;
-	my $event = $node->safe_psql('postgres',
-		"SELECT wait_event_type FROM pg_stat_activity WHERE pid = $session->{zk_pid}");
-	return $session->{stdout} !~ $marker
-	  && $session->{stderr} !~ $pg_error_re
-	  && $event eq 'Extension';
+	my ($node, $session, $marker, %opts) = @_;
+	my $statement = $opts{statement} // $marker;
+	my @seen;
+	# The run of the statement the backend waits in, or undef.
+	my $waiting_run = sub {
+		my $row = $node->safe_psql('postgres',
+			"SELECT state, wait_event_type, query_start, query "
+			  . "FROM pg_stat_activity WHERE pid = $session->{zk_pid}");
+		push @seen, $row;
+		my ($state, $event, $start, $query) = split /\|/, $row, 4;
+		return ($state // '') eq 'active'
+		  && ($event // '') eq 'Extension'
+		  && ($query // '') =~ $statement ? $start : undef;
+	};
+	sleep($opts{seconds} // 1);
+	my $run = $waiting_run->();
+	drain_output($session);
+	my $still = $waiting_run->();
+	my $ok = defined $run
+	  && defined $still
+	  && $still eq $run
+	  && $session->{stdout} !~ $marker
+	  && $session->{stderr} !~ $pg_error_re;
+	diag("backend $session->{zk_pid} not still waiting in $statement:\n"
+		  . join("\n", @seen)
+		  . "\nprinted:\n$session->{stdout}$session->{stderr}")
+	  if !$ok;
+	return $ok;
 }
 
 # Wait until the backend with this pid is waiting for a zklock.
