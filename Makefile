@@ -64,9 +64,10 @@ override BITCODE_CFLAGS += $(filter -Werror,$(COPT))
 # As pgvector does: the TAP suites are not part of installcheck, since they
 # need an ensemble (ZKLOCK_TEST_HOSTS and friends) and make clusters of their
 # own.  They live in test/t/, with their helper module; PROVE_TESTS picks
-# some of them (PROVE_TESTS='test/t/001_locking.pl'), all when empty.
+# some of them (PROVE_TESTS='test/t/001_locking.pl'), all when empty.  Each
+# file's time is printed, for balancing the lanes of scripts/test-all.
 override PROVE_TESTS := $(or $(PROVE_TESTS),test/t/*.pl)
-PROVE_FLAGS += -I test/t
+PROVE_FLAGS += -I test/t --timer
 .PHONY: prove_installcheck
 prove_installcheck:
 	$(prove_installcheck)
