@@ -163,6 +163,14 @@ sub clear
 		send_query($s[$i], "SELECT 'granted $i' FROM zk_xact_lock('three_$next');");
 		ok(wait_for_zk_wait($i == 1 ? $west : $east, $s[$i]->{zk_pid}),
 			"3-cycle: backend $i waits");
+		# The victim is the member whose wait was published last, a
+		# deadlock timeout after it began: on a loaded machine a backend's
+		# publication may come late, so the next wait begins only after it.
+		my $node = $s[$i]->{wait_node};
+		ok(wait_until("backend $i's wait to be published",
+				sub { grep { $_ eq $node } published_waits() }),
+			"3-cycle: backend $i's wait is published")
+		  if $i < 2;
 	}
 	my @victims = victims(15, @s);
 	is(scalar @victims, 1, '3-cycle: exactly one victim');
@@ -358,7 +366,8 @@ sub clear
 	run_sql($b, "BEGIN; SELECT zk_xact_lock('lost_b')");
 	PostgreSQL::Test::Utils::append_to_file("$control/drop-wait-create-reply", '');
 	send_query($a, "SELECT 'a granted' FROM zk_xact_lock('lost_b');");
-	ok(wait_until('the reply to be dropped', sub { !-e "$control/drop-wait-create-reply" }),
+	ok(wait_until('the reply to be dropped',
+			sub { proxy_fired($control, 'drop-wait-create-reply') == 1 }),
 		'lost reply: A\'s first publish loses its reply');
 	# B publishes well before A tries again, a deadlock_timeout after the
 	# failed attempt; its check is held before it reads the cycle again.

@@ -85,14 +85,17 @@ sub expire
 	sleep 1;
 	my $u = zk_session($east);
 	run_sql($u, "SET zklock.hosts = '127.0.0.1:$proxy_port'");
-	run_sql($u, "SET zklock.session_timeout = '20s'");
+	# Noticed after two thirds of the timeout, the silence leaves a third
+	# for the library to reconnect before the session expires: 15 s, enough
+	# on a loaded machine.
+	run_sql($u, "SET zklock.session_timeout = '45s'");
 	run_sql($u, "SELECT zk_lock('unsure')");
 	($out) = run_sql($u, "SELECT state FROM zk_status()");
 	is($out, 'connected', 'unsure: connected at first');
 	my $proxy_pid = $proxy->{KIDS}[0]{PID};
 	kill 'STOP', $proxy_pid;
 	ok(wait_until('the session to be unsure',
-			sub { (run_sql($u, 'SELECT state FROM zk_status()'))[0] eq 'unsure' }, 30),
+			sub { (run_sql($u, 'SELECT state FROM zk_status()'))[0] eq 'unsure' }, 60),
 		'unsure: zk_status says so once the library notices the silence');
 	($out) = run_sql($u, "SELECT state FROM zk_locks WHERE pid = pg_backend_pid()");
 	is($out, 'unsure', 'unsure: and so does the backend\'s own zk_locks row');
