@@ -254,7 +254,7 @@ sub nodes_left
 		PostgreSQL::Test::Utils::append_to_file("$control/$fault", '');
 		($out, $err) = run_sql($p, "SELECT zk_try_lock('proxied')");
 		is($out, 't', "$fault: the lock is acquired across the dropped connection");
-		ok(!-e "$control/$fault", "$fault: the fault fired");
+		is(proxy_fired($control, $fault), 1, "$fault: the fault fired");
 		my @nodes = zk_contenders("$root/proxied");
 		is(scalar @nodes, 1, "$fault: exactly one node, none orphaned");
 		my ($owner) = ZkTest::zkinspect('stat', "$root/proxied/$nodes[0]") =~ /0x([0-9a-f]+)/;
@@ -270,7 +270,7 @@ sub nodes_left
 	is($out, 'f', 'a timed wait whose create reply was lost times out');
 	ok(zk_wait_contenders("$root/proxied", 1), 'and leaves no node behind');
 	# Without the fault it would time out all the same.
-	ok(!-e "$control/drop-create-reply", 'the timed wait: the fault fired');
+	is(proxy_fired($control, 'drop-create-reply'), 2, 'the timed wait: the fault fired');
 	run_sql($w, "SELECT zk_unlock('proxied')");
 	is_deeply([ zk_lock_nodes($root) ], [],
 		'no node left, with every session still open');

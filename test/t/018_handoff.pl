@@ -170,7 +170,7 @@ my ($out, $stderr);
 	PostgreSQL::Test::Utils::append_to_file("$control/drop-notification", '');
 	run_sql($a, "SELECT zk_unlock('reconnect')");
 	$stderr = granted($w, 'w holds', 'reconnect');
-	ok(!-e "$control/drop-notification", 'reconnect: the connection was dropped');
+	is(proxy_fired($control, 'drop-notification'), 1, 'reconnect: the connection was dropped');
 	unlike($stderr, $by_deletion, 'reconnect: after listing the queue again');
 	run_sql($w, "SELECT zk_unlock('reconnect')");
 	$w->quit;

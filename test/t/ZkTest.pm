@@ -15,7 +15,7 @@ use Time::HiRes qw(time usleep);
 our @EXPORT = qw(zk_cluster zk_session zk_children zk_contenders
   zk_wait_contenders zk_get wait_until wait_for_zk_wait still_waiting
   send_query run_sql await_output await_output_and_stderr zk_ensemble
-  start_peer peer_send peer_expect peer_silent peer_quit zk_session_last_xid
+  start_peer peer_send peer_expect peer_silent peer_quit proxy_fired zk_session_last_xid
   zk_lock_nodes no_node_left start_proxy);
 
 # The ensemble the helpers look at; a test with an ensemble of its own may
@@ -303,9 +303,6 @@ sub zk_ensemble
 	return $stdout;
 }
 
-# A kazoo or Curator lock client on a lock path (test/peers/peer_kazoo.py,
-# test/peers/PeerCurator.java), driven over stdin/stdout.  %opts: hosts
-# (another connect string) and, for kazoo, tls ("CA,CERT,KEY" files).
 # Start test/tools/zkproxy.py in front of the ensemble's first server.
 # Returns the IPC::Run handle, the port to connect to, and the directory
 # whose files tell the proxy which fault to cause.  The caller waits until
@@ -321,6 +318,18 @@ sub start_proxy
 	return ($proxy, $proxy_port, $control);
 }
 
+# How many times a fault of test/tools/zkproxy.py has done its harm.
+sub proxy_fired
+{
+	my ($control, $fault) = @_;
+	return 0 if !-e "$control/fired";
+	return scalar grep { $_ eq $fault }
+	  split /\n/, PostgreSQL::Test::Utils::slurp_file("$control/fired");
+}
+
+# A kazoo or Curator lock client on a lock path (test/peers/peer_kazoo.py,
+# test/peers/PeerCurator.java), driven over stdin/stdout.  %opts: hosts
+# (another connect string) and, for kazoo, tls ("CA,CERT,KEY" files).
 sub start_peer
 {
 	my ($kind, $path, %opts) = @_;

@@ -6,7 +6,8 @@ Usage: zkproxy.py LISTEN_PORT SERVER_PORT CONTROL_DIR
 Forwards every client connection on 127.0.0.1:LISTEN_PORT to the server on
 127.0.0.1:SERVER_PORT.  A fault is armed by creating a file in CONTROL_DIR
 and fires once, on the next create of a lock node (a path containing
-"-lock-"); the file is removed when it fires:
+"-lock-"); the file is removed when the fault is taken, and the fault's
+name is appended to CONTROL_DIR/fired once it has done its harm:
 
   drop-create-reply    forward the create, and when the server's reply
                        comes, drop the connection instead of passing it on:
@@ -92,12 +93,20 @@ def take_fault(control, name):
         return False
 
 
+def record_fired(control, name):
+    """Append NAME to CONTROL_DIR/fired once its fault has done its harm:
+    a fault taken but never carried out must not look fired."""
+    with open(os.path.join(control, "fired"), "a") as f:
+        f.write(name + "\n")
+
+
 class Connection:
     def __init__(self, client, server_port, control):
         self.client = client
         self.server = socket.create_connection(("127.0.0.1", server_port))
         self.control = control
         self.drop_xid = None
+        self.drop_fault = None
         self.closed = threading.Event()
 
     def close(self):
@@ -121,12 +130,15 @@ class Connection:
                     path = body[12:12 + max(pathlen, 0)]
                     if op in CREATE_OPS and b"-lock-" in path:
                         if take_fault(self.control, "drop-create-request"):
+                            record_fired(self.control, "drop-create-request")
                             raise EOFError
                         if take_fault(self.control, "drop-create-reply"):
                             self.drop_xid = xid
+                            self.drop_fault = "drop-create-reply"
                     if op in CREATE_OPS and b"%waits/" in path:
                         if take_fault(self.control, "drop-wait-create-reply"):
                             self.drop_xid = xid
+                            self.drop_fault = "drop-wait-create-reply"
                 self.server.sendall(frame(body))
         except (EOFError, OSError):
             self.close()
@@ -140,8 +152,10 @@ class Connection:
                     continue
                 (xid,) = struct.unpack(">i", body[:4])
                 if self.drop_xid is not None and xid == self.drop_xid:
+                    record_fired(self.control, self.drop_fault)
                     raise EOFError
                 if xid == NOTIFICATION_XID and take_fault(self.control, "drop-notification"):
+                    record_fired(self.control, "drop-notification")
                     raise EOFError
                 self.client.sendall(frame(body))
                 note_reply(self.control)
