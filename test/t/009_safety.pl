@@ -352,7 +352,7 @@ $east->safe_psql('postgres', 'CREATE TABLE work (what text)');
 	sleep 1.8;    # past a sixth of the timeout since the create, short of a third
 	zk_ensemble('pause', $leader);
 	send_query($f, "COMMIT;\nSELECT 'after commit';");
-	ok(still_waiting($east, $f, qr/after commit/, statement => qr/^COMMIT;?$/, seconds => 2),
+	ok(still_waiting($east, $f, qr/after commit/, statement => qr/^COMMIT;?$/, seconds => 1),
 		'leaderless: COMMIT waits while the follower cannot reach the leader');
 	is($east->safe_psql('postgres', "SELECT count(*) FROM work WHERE what = 'leaderless'"), '0',
 		'leaderless: before it commits');

@@ -431,7 +431,7 @@ for my $case (
 	zk_ensemble('pause', $leader);
 	send_query($f, "INSERT INTO work VALUES ('leaderless');\nSELECT 'after insert';");
 	ok(still_waiting($east, $f, qr/after insert/,
-			statement => qr/^INSERT INTO work VALUES \('leaderless'\);?$/, seconds => 2),
+			statement => qr/^INSERT INTO work VALUES \('leaderless'\);?$/, seconds => 1),
 		'leader paused: a write under a session-level lock waits for the leader');
 	zk_ensemble('resume', $leader);
 	ok(await_output($f, qr/after insert/), 'leader paused: and goes on once it answers');
