@@ -32,7 +32,7 @@ my $blocks = 0;
 # one would break the README's promise unseen: a line that opens with a
 # statement's first word marks one.
 my $statement = qr/^(?:SELECT|WITH|CREATE|ALTER|DROP|INSERT|UPDATE|DELETE
-	|BEGIN|COMMIT|SET|RESET|SHOW|GRANT|REVOKE|CALL|DO)\s/x;
+	|BEGIN|COMMIT|SET|RESET|SHOW|GRANT|REVOKE|CALL|DO)(?:\s|;|$)/x;
 my @sql_elsewhere;
 for my $file (@files)
 {
