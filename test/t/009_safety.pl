@@ -160,8 +160,10 @@ for my $case ([ 'exclusive then shared', 'own_xs', '', '_shared' ],
 	send_query($r, "SELECT 'r granted' FROM zk_lock_shared('two_up');");
 	ok(wait_for_zk_wait($west, $r->{zk_pid}), 'two upgrades: a reader queues behind it');
 	ok(zk_wait_contenders("$root/two_up", 4), 'two upgrades: with a node');
+	my $b_wait = wait_node($b);
 	send_query($b, "SELECT 'b upgraded' FROM zk_lock('two_up');");
 	ok(wait_for_zk_wait($west, $b->{zk_pid}), 'two upgrades: one backend upgrades and waits');
+	ok(await_published($root, $b_wait), 'two upgrades: its wait published');
 	send_query($a, "SELECT zk_lock('two_up');");
 	ok(wait_for_zk_wait($east, $a->{zk_pid}), 'two upgrades: and so does the other');
 	$west->safe_psql('postgres', "SELECT pg_cancel_backend($w->{zk_pid})");

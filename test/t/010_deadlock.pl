@@ -33,16 +33,8 @@ sub session
 	my $s = zk_session($node);
 	$s->query_safe('\set VERBOSITY verbose');
 	$s->query_safe("SELECT zk_try_lock('warm_up'), zk_unlock('warm_up')");
-	my $id = $s->query_safe('SELECT session_id FROM zk_status()');
-	chomp $id;
-	$id =~ s/^0x//;
-	$s->{wait_node} = sprintf('%016s', $id) =~ tr/ /0/r;
+	$s->{wait_node} = wait_node($s);
 	return $s;
-}
-
-sub published_waits
-{
-	return grep { /^[0-9a-f]{16}$/ } ZkTest::zk_children($waits);
 }
 
 # Pump the sessions until $done says so or $timeout seconds pass.
@@ -98,12 +90,13 @@ sub clear
 	run_sql($b, "BEGIN; SELECT zk_xact_lock('two_b')");
 	send_query($a, "SELECT 'a granted' FROM zk_xact_lock('two_b');");
 	ok(wait_for_zk_wait($east, $a->{zk_pid}), '2-cycle: the first backend waits');
+	ok(await_published($root, $a->{wait_node}), '2-cycle: and its wait is published');
 	my $t0 = time;
 	send_query($b, "SELECT 'b granted' FROM zk_xact_lock('two_a');");
 	my $victim = first_victim(15, $a, $b);
 	ok($victim, '2-cycle: a backend gets "deadlock detected"');
 	cmp_ok(time - $t0, '<', 1 + 4, 'within deadlock_timeout and a few seconds');
-	is(scalar(grep { $_ eq $victim->{wait_node} } published_waits()), 0,
+	is(scalar(grep { $_ eq $victim->{wait_node} } published_waits($root)), 0,
 		'the victim\'s published wait is gone when the call returns');
 	is(scalar zk_contenders("$root/two_a"), 1, 'and its waiting node too');
 	is($victim, $b, 'the victim is the younger wait');
@@ -117,7 +110,7 @@ sub clear
 		'the victim itself among them');
 	diag("the victim's report:\n" . ($victim->{stderr} =~ s/^LOCATION:.*\n//mr));
 	like($survivor->{stdout}, qr/granted/, 'the survivor gets its lock');
-	is(scalar(grep { $_ eq $survivor->{wait_node} } published_waits()), 0,
+	is(scalar(grep { $_ eq $survivor->{wait_node} } published_waits($root)), 0,
 		'and withdrew its published wait');
 	clear($a, $b);
 	my ($out, $err) = run_sql($victim, 'SELECT 1');
@@ -163,13 +156,8 @@ sub clear
 		send_query($s[$i], "SELECT 'granted $i' FROM zk_xact_lock('three_$next');");
 		ok(wait_for_zk_wait($i == 1 ? $west : $east, $s[$i]->{zk_pid}),
 			"3-cycle: backend $i waits");
-		# The victim is the member whose wait was published last, a
-		# deadlock timeout after it began: on a loaded machine a backend's
-		# publication may come late, so the next wait begins only after it.
-		my $node = $s[$i]->{wait_node};
-		ok(wait_until("backend $i's wait to be published",
-				sub { grep { $_ eq $node } published_waits() }),
-			"3-cycle: backend $i's wait is published")
+		ok(await_published($root, $s[$i]->{wait_node}),
+			"3-cycle: backend ${i}'s wait is published")
 		  if $i < 2;
 	}
 	my @victims = victims(15, @s);
@@ -248,10 +236,10 @@ sub clear
 	ok(wait_for_zk_wait($west, $w->{zk_pid}), 'a backend waits behind an idle holder');
 	my $published = $w->{wait_node};
 	ok(wait_until('the wait to be published',
-			sub { grep { $_ eq $published } published_waits() }, 10),
+			sub { grep { $_ eq $published } published_waits($root) }, 10),
 		'after deadlock_timeout its wait is published');
 	ok(await_output($w, qr/timed out: true/), 'the wait just times out, no deadlock');
-	is(scalar(grep { $_ eq $published } published_waits()), 0,
+	is(scalar(grep { $_ eq $published } published_waits($root)), 0,
 		'and its published wait is gone when the call returns');
 
 	# A chain that ends at a holder that works.
@@ -302,9 +290,9 @@ sub clear
 	send_query($c, "SELECT 'c granted' FROM zk_lock('l4');");
 	send_query($b, "SELECT 'b: ' || zk_lock('l3', '3s');");
 	ok(wait_until('three published waits',
-			sub { grep({ $_ eq $a->{wait_node} } published_waits())
-				  && grep({ $_ eq $b->{wait_node} } published_waits())
-				  && grep({ $_ eq $c->{wait_node} } published_waits()) }),
+			sub { grep({ $_ eq $a->{wait_node} } published_waits($root))
+				  && grep({ $_ eq $b->{wait_node} } published_waits($root))
+				  && grep({ $_ eq $c->{wait_node} } published_waits($root)) }),
 		'two cycles: A, B and C wait, their waits published');
 	run_sql($s, 'SELECT zk_test_delay_deadlock_confirmation(2500)');
 	send_query($s, "SELECT 's granted' FROM zk_lock('l1');");
@@ -324,7 +312,7 @@ sub clear
 	run_sql($h, "SELECT zk_lock('big_a')");
 	send_query($h, "SELECT 'h granted' FROM zk_lock('big_b');");
 	ok(wait_until('the holder\'s wait to be published',
-			sub { grep { $_ eq $h->{wait_node} } published_waits() }),
+			sub { grep { $_ eq $h->{wait_node} } published_waits($root) }),
 		'too large: a holder waits in turn');
 	run_sql($w, 'SELECT zk_test_deadlock_max_members(1)');
 	my $log_start = -s $east->logfile;
@@ -444,7 +432,7 @@ sub clear
 	send_query($b, "SELECT 'b granted' FROM zk_xact_lock('off_a');");
 	ok(wait_for_zk_wait($west, $b->{zk_pid}), 'and the other');
 	is(scalar victims(3, $a, $b), 0, 'with zklock.deadlock_timeout = 0 nobody is a victim');
-	is_deeply([ grep { $_ eq $a->{wait_node} || $_ eq $b->{wait_node} } published_waits() ],
+	is_deeply([ grep { $_ eq $a->{wait_node} || $_ eq $b->{wait_node} } published_waits($root) ],
 		[], 'and neither wait is published');
 	$east->safe_psql('postgres', "SELECT pg_cancel_backend($a->{zk_pid})");
 	ok(pump_sessions(10, sub { $b->{stdout} =~ /b granted/ }, $a, $b),

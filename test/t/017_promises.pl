@@ -54,9 +54,10 @@ sub expire
 	# A 2-cycle: the younger wait, on st_dl_a, is the victim.
 	run_sql($h, "BEGIN; SELECT zk_xact_lock('st_dl_b')");
 	run_sql($w, "BEGIN; SELECT zk_xact_lock('st_dl_a')");
+	my $h_wait = wait_node($h);
 	send_query($h, "SELECT 'h granted' FROM zk_xact_lock('st_dl_a');");
 	ok(wait_for_zk_wait($east, $h->{zk_pid}), 'statistics: a first wait of a cycle');
-	sleep 1.5;    # past deadlock_timeout: the first wait is the older
+	ok(await_published($root, $h_wait), 'statistics: published, so the older');
 	send_query($w, "SELECT zk_xact_lock('st_dl_b');");
 	ok(await_output($w, qr/ERROR:  deadlock detected/), 'statistics: the second is the victim');
 	run_sql($w, 'ROLLBACK');

@@ -16,6 +16,7 @@ our @EXPORT = qw(zk_cluster zk_session zk_children zk_contenders
   zk_wait_contenders zk_get wait_until wait_for_zk_wait still_waiting
   send_query run_sql await_output await_output_and_stderr zk_ensemble
   start_peer peer_send peer_expect peer_silent peer_quit proxy_fired zk_session_last_xid
+  wait_node published_waits await_published
   zk_lock_nodes no_node_left start_proxy);
 
 # The ensemble the helpers look at; a test with an ensemble of its own may
@@ -221,33 +222,37 @@ sub drain_output
 # $marker printed and no error?  The statement is the one whose text
 # matches $statement, or else $marker.  psql reads its next line only once
 # a statement ends, so nothing sent through it can show that its output is
-# complete while one runs; the server's view does.  The backend is seen on
+# complete while one runs; the server's view does.  The backend is seen in
 # the statement, then everything psql printed before it is read, then the
-# backend is seen on the same run of it still: it has not ended, so its
-# result and its error cannot have been sent.
+# backend is seen in the same run of it still: it has not ended, so its
+# result and its error cannot have been sent.  A waiter wakes up now and
+# then to look at its queue again, so one of the two looks may find it
+# running; the other must find it waiting for zklock.
 sub still_waiting
 {
 	my ($node, $session, $marker, %opts) = @_;
 	my $statement = $opts{statement} // $marker;
 	my @seen;
-	# The run of the statement the backend waits in, or undef.
-	my $waiting_run = sub {
+	# The run of the statement the backend is in (its start), and whether
+	# it was waiting for zklock.
+	my $look = sub {
 		my $row = $node->safe_psql('postgres',
 			"SELECT state, wait_event_type, query_start, query "
 			  . "FROM pg_stat_activity WHERE pid = $session->{zk_pid}");
 		push @seen, $row;
 		my ($state, $event, $start, $query) = split /\|/, $row, 4;
-		return ($state // '') eq 'active'
-		  && ($event // '') eq 'Extension'
-		  && ($query // '') =~ $statement ? $start : undef;
+		return (undef, 0)
+		  if ($state // '') ne 'active' || ($query // '') !~ $statement;
+		return ($start, ($event // '') eq 'Extension');
 	};
 	sleep($opts{seconds} // 1);
-	my $run = $waiting_run->();
+	my ($run, $waiting) = $look->();
 	drain_output($session);
-	my $still = $waiting_run->();
+	my ($still, $still_waiting) = $look->();
 	my $ok = defined $run
 	  && defined $still
 	  && $still eq $run
+	  && ($waiting || $still_waiting)
 	  && $session->{stdout} !~ $marker
 	  && $session->{stderr} !~ $pg_error_re;
 	diag("backend $session->{zk_pid} not still waiting in $statement:\n"
@@ -255,6 +260,35 @@ sub still_waiting
 		  . "\nprinted:\n$session->{stdout}$session->{stderr}")
 	  if !$ok;
 	return $ok;
+}
+
+# The name a session's published waits get (its ZooKeeper session id),
+# asked while the session is idle and its ZooKeeper session open.
+sub wait_node
+{
+	my ($session) = @_;
+	my $id = $session->query_safe('SELECT session_id FROM zk_status()');
+	chomp $id;
+	$id =~ s/^0x//;
+	return sprintf('%016s', $id) =~ tr/ /0/r;
+}
+
+# The waits the deadlock check has published under a lock root.
+sub published_waits
+{
+	my ($root) = @_;
+	return grep { /^[0-9a-f]{16}$/ } zk_children("$root/%waits");
+}
+
+# Wait until the wait named $wait_node is published under $root.  A
+# cycle's victim is its youngest published wait, which on a loaded machine
+# need not be the wait that began last: a test that expects a victim
+# starts the next wait only once the one before is published.
+sub await_published
+{
+	my ($root, $wait_node) = @_;
+	return wait_until("wait $wait_node to be published",
+		sub { grep { $_ eq $wait_node } published_waits($root) });
 }
 
 # Wait until the backend with this pid is waiting for a zklock.
