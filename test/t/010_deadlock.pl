@@ -11,8 +11,11 @@ use Time::HiRes qw(time usleep);
 use ZkTest;
 
 my $root = '/zklock_t010';
-my $east = zk_cluster('east', $root);
-my $west = zk_cluster('west', $root);
+# A session's published waits are named for its ZooKeeper session, which
+# must outlive the idle pauses of these tests for the name to hold.
+my %conf = ('zklock.idle_session_timeout' => 0);
+my $east = zk_cluster('east', $root, %conf);
+my $west = zk_cluster('west', $root, %conf);
 my $waits = "$root/%waits";
 for my $node ($east, $west)
 {
@@ -290,9 +293,12 @@ sub clear
 	send_query($c, "SELECT 'c granted' FROM zk_lock('l4');");
 	send_query($b, "SELECT 'b: ' || zk_lock('l3', '3s');");
 	ok(wait_until('three published waits',
-			sub { grep({ $_ eq $a->{wait_node} } published_waits($root))
-				  && grep({ $_ eq $b->{wait_node} } published_waits($root))
-				  && grep({ $_ eq $c->{wait_node} } published_waits($root)) }),
+			sub {
+				my %published = map { $_ => 1 } published_waits($root);
+				$published{ $a->{wait_node} }
+				  && $published{ $b->{wait_node} }
+				  && $published{ $c->{wait_node} };
+			}),
 		'two cycles: A, B and C wait, their waits published');
 	run_sql($s, 'SELECT zk_test_delay_deadlock_confirmation(2500)');
 	send_query($s, "SELECT 's granted' FROM zk_lock('l1');");

@@ -269,7 +269,7 @@ sub wait_node
 	my ($session) = @_;
 	my $id = $session->query_safe('SELECT session_id FROM zk_status()');
 	chomp $id;
-	$id =~ s/^0x//;
+	$id =~ s/^0x([0-9a-f]+)$/$1/ or die "no ZooKeeper session open: \"$id\"";
 	return sprintf('%016s', $id) =~ tr/ /0/r;
 }
 
