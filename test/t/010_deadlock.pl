@@ -238,9 +238,7 @@ sub clear
 	send_query($w, "SELECT 'timed out: ' || NOT zk_lock('long_wait', '4s');");
 	ok(wait_for_zk_wait($west, $w->{zk_pid}), 'a backend waits behind an idle holder');
 	my $published = $w->{wait_node};
-	ok(wait_until('the wait to be published',
-			sub { grep { $_ eq $published } published_waits($root) }, 10),
-		'after deadlock_timeout its wait is published');
+	ok(await_published($root, $published), 'after deadlock_timeout its wait is published');
 	ok(await_output($w, qr/timed out: true/), 'the wait just times out, no deadlock');
 	is(scalar(grep { $_ eq $published } published_waits($root)), 0,
 		'and its published wait is gone when the call returns');
@@ -317,9 +315,7 @@ sub clear
 	run_sql($k, "SELECT zk_lock('big_b')");
 	run_sql($h, "SELECT zk_lock('big_a')");
 	send_query($h, "SELECT 'h granted' FROM zk_lock('big_b');");
-	ok(wait_until('the holder\'s wait to be published',
-			sub { grep { $_ eq $h->{wait_node} } published_waits($root) }),
-		'too large: a holder waits in turn');
+	ok(await_published($root, $h->{wait_node}), 'too large: a holder waits in turn');
 	run_sql($w, 'SELECT zk_test_deadlock_max_members(1)');
 	my $log_start = -s $east->logfile;
 	send_query($w, "SELECT 'w granted' FROM zk_lock('big_a');");

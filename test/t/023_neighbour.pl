@@ -199,7 +199,7 @@ if ($raised)
 	}
 	my $waits_published = sub {
 		my ($n) = @_;
-		return grep({ /^[0-9a-f]{16}$/ } ZkTest::zk_children("$root/%waits")) == $n;
+		return published_waits($root) == $n;
 	};
 	for my $i (0 .. 8)
 	{
@@ -245,10 +245,10 @@ if ($raised)
 	run_sql($b, "SET zklock.deadlock_timeout = '200ms'; SELECT zk_lock('cycle_b')");
 	run_sql($b, 'SELECT zk_test_deadlock_check_time(50), zk_test_delay_deadlock_confirmation(100)');
 	run_sql($b, 'SET log_min_messages = debug1');
-	my $waits_before = () = grep { /^[0-9a-f]{16}$/ } ZkTest::zk_children("$root/%waits");
+	my $waits_before = () = published_waits($root);
 	send_query($a, "SELECT 'a granted' FROM zk_lock('cycle_b');");
 	ok(wait_until('A\'s wait to be published',
-			sub { (() = grep { /^[0-9a-f]{16}$/ } ZkTest::zk_children("$root/%waits")) > $waits_before }),
+			sub { (() = published_waits($root)) > $waits_before }),
 		'slow check: A waits first, its wait published');
 	my $log_start = -s $node->logfile;
 	send_query($b, "SELECT 'b granted' FROM zk_lock('cycle_a');");

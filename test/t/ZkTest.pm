@@ -206,6 +206,8 @@ sub zk_wait_contenders
 sub drain_output
 {
 	my ($session) = @_;
+	# A session's timer may have run since its last query; pumping with it
+	# expired would die.
 	$session->{timeout}->start();
 	my $seen = -1;
 	while ($seen != length($session->{stdout}) + length($session->{stderr}))

@@ -105,8 +105,8 @@ class Connection:
         self.client = client
         self.server = socket.create_connection(("127.0.0.1", server_port))
         self.control = control
-        self.drop_xid = None
-        self.drop_fault = None
+        # (xid, fault) of a create whose reply is to be dropped.
+        self.drop = None
         self.closed = threading.Event()
 
     def close(self):
@@ -133,12 +133,10 @@ class Connection:
                             record_fired(self.control, "drop-create-request")
                             raise EOFError
                         if take_fault(self.control, "drop-create-reply"):
-                            self.drop_xid = xid
-                            self.drop_fault = "drop-create-reply"
+                            self.drop = (xid, "drop-create-reply")
                     if op in CREATE_OPS and b"%waits/" in path:
                         if take_fault(self.control, "drop-wait-create-reply"):
-                            self.drop_xid = xid
-                            self.drop_fault = "drop-wait-create-reply"
+                            self.drop = (xid, "drop-wait-create-reply")
                 self.server.sendall(frame(body))
         except (EOFError, OSError):
             self.close()
@@ -151,8 +149,8 @@ class Connection:
                 if blackholed(self.control):
                     continue
                 (xid,) = struct.unpack(">i", body[:4])
-                if self.drop_xid is not None and xid == self.drop_xid:
-                    record_fired(self.control, self.drop_fault)
+                if self.drop is not None and xid == self.drop[0]:
+                    record_fired(self.control, self.drop[1])
                     raise EOFError
                 if xid == NOTIFICATION_XID and take_fault(self.control, "drop-notification"):
                     record_fired(self.control, "drop-notification")
