@@ -73,9 +73,30 @@ typedef enum HoldScope
 /* Room for this host's name in the holder identity. */
 #define HOST_NAME_SIZE	256
 
+/*
+ * zklock.session_locks: off for clients behind a pooler in transaction
+ * mode, where a session-level lock would stay on a server connection that
+ * the next client gets, and nothing would ever release it.
+ */
+static bool zklock_session_locks = true;
+
+static void
+define_settings(void)
+{
+	DefineCustomBoolVariable("zklock.session_locks",
+							 "Allows session-level zklocks.",
+							 "Turn it off for the roles or databases whose clients connect through a pooler in transaction mode: session-level calls then fail, where their locks would stay on a server connection other clients share.",
+							 &zklock_session_locks,
+							 true,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
+}
+
 void
 _PG_init(void)
 {
+	define_settings();
 	zka_define_settings();
 	zks_define_settings();
 	zkh_define_settings();
@@ -207,6 +228,13 @@ acquire_name(const char *parent, const char *name, LockMode mode, int slots,
 	bool		semaphore = slots > 0;
 	bool		granted = false;
 	MemoryContext context = CurrentMemoryContext;
+
+	if (scope == SCOPE_SESSION && !zklock_session_locks)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("session-level zklocks are disabled"),
+				 errdetail("zklock.session_locks is off, as it should be for the clients of a pooler in transaction mode: their session-level locks would outlive their transactions on server connections that other clients share."),
+				 errhint("Use the transaction-level functions, those with \"xact\" in their names (zk_xact_lock, zk_try_xact_lock, zk_xact_semaphore_acquire and the others), which COMMIT and ROLLBACK release.")));
 
 	zkh_check_session();
 	if (!semaphore && zkh_add_if_held(parent, mode == MODE_SHARED,

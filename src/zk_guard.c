@@ -48,6 +48,10 @@
  * PREPARED, which commits a transaction prepared earlier from one that
  * writes nothing.
  *
+ * Resetting.  DISCARD ALL, which poolers run between two clients of one
+ * server connection, releases the session-level holds as it releases
+ * advisory locks (see release_on_discard_all).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -401,6 +405,24 @@ utility_part(void *arg)
 }
 
 /*
+ * DISCARD ALL resets the session for its next user and releases its
+ * session-level advisory locks.  It releases the session-level zklocks
+ * too, lost ones included, which acknowledges their loss: a client that
+ * left a pooled connection without unlocking then strands nothing, and
+ * its losses do not refuse the next client's writes.  It runs outside any
+ * transaction block, so no transaction-level hold can be in force.
+ */
+static void
+release_on_discard_all(void)
+{
+	if (zkh_any())
+	{
+		zkh_check_session();
+		zkh_release_all_session_holds();
+	}
+}
+
+/*
  * Transaction statements are not guarded: a COMMIT is checked, not
  * cancelled, in the pre-commit callback, which a refused COMMIT leaves as
  * PostgreSQL's own failures at commit do: with the transaction ended.
@@ -447,6 +469,9 @@ guard_ProcessUtility(PlannedStmt *pstmt, const char *queryString,
 			check_commit(false, false);
 	}
 	run_guarded(utility_part, &call);
+	if (IsA(parsetree, DiscardStmt) &&
+		((DiscardStmt *) parsetree)->target == DISCARD_ALL)
+		release_on_discard_all();
 	stay_first_at_commit();
 }
 
