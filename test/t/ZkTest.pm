@@ -293,16 +293,23 @@ sub await_published
 		sub { grep { $_ eq $wait_node } published_waits($root) });
 }
 
-# Wait until the backend with this pid is waiting for a zklock.
+# Wait until the backend with this pid is waiting for a zklock, in the
+# lock's queue: its wait shows in zk_locks with its node (with zklock
+# preloaded).  The wait event alone is the same while the backend connects
+# to ZooKeeper, before it has a node, and a cancel there ends no wait.
 sub wait_for_zk_wait
 {
 	my ($node, $pid) = @_;
 	return wait_until(
 		"backend $pid waiting",
 		sub {
-			$node->safe_psql('postgres',
-				"SELECT wait_event_type FROM pg_stat_activity WHERE pid = $pid")
-			  eq 'Extension';
+			$node->safe_psql('postgres', qq{
+				SELECT a.wait_event_type = 'Extension'
+				  AND (current_setting('shared_preload_libraries') !~ 'zklock'
+				       OR EXISTS (SELECT FROM zk_locks l
+				                  WHERE l.pid = a.pid AND l.state = 'waiting'
+				                    AND l.node IS NOT NULL))
+				FROM pg_stat_activity a WHERE a.pid = $pid}) eq 't';
 		});
 }
 
