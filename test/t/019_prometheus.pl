@@ -1,12 +1,15 @@
 # zklock's figures through the Prometheus exporter users already run:
 # Debian's prometheus-postgres-exporter, started against a cluster with
 # monitoring/postgres-exporter.yaml, scraped over HTTP after a known
-# sequence of locks, waits, a timeout, a cancel and a hold in progress.
+# sequence of locks, waits, a timeout, a cancel and a hold in progress;
+# then a second one with --auto-discover-databases, over databases with
+# and without zklock.
 use strict;
 use warnings;
 
 use HTTP::Tiny;
 use IPC::Run;
+use List::Util qw(pairkeys);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -20,31 +23,47 @@ my $node = zk_cluster('prom', '/zklock_t019');
 my $queries = "$ENV{ZKLOCK_SRC}/monitoring/postgres-exporter.yaml";
 ok(-f $queries, 'the shipped queries file exists');
 
-my $port = PostgreSQL::Test::Cluster::get_free_port();
-my $log = PostgreSQL::Test::Utils::tempdir() . '/exporter.log';
+my $tempdir = PostgreSQL::Test::Utils::tempdir();
 # As docs/monitoring.md sets it up: a role that is no superuser, only a
 # member of pg_monitor.
 $node->safe_psql('postgres', 'CREATE ROLE prometheus LOGIN IN ROLE pg_monitor');
 my $dsn = sprintf('host=%s port=%d user=prometheus dbname=postgres sslmode=disable',
 	$node->host, $node->port);
-my $proc = IPC::Run::start(
-	[
-		$exporter, "--extend.query-path=$queries",
-		'--disable-default-metrics', '--disable-settings-metrics',
-		'--no-collector.database', '--no-collector.bgwriter',
-		"--web.listen-address=127.0.0.1:$port"
-	],
-	'<', \undef, '>&', $log,
-	init => sub { $ENV{DATA_SOURCE_NAME} = $dsn });
 
-# The metrics, without the exporter's "server" label, as
-# 'metric{label=value,...}' => value.
-sub scrape
+# An exporter with this file and @flags, logging to $log; returns it and
+# its port.
+sub start_exporter
 {
-	my $res = HTTP::Tiny->new(timeout => 30)->get("http://127.0.0.1:$port/metrics");
-	return undef unless $res->{success};
-	my %m;
-	for my $line (split /\n/, $res->{content})
+	my ($log, @flags) = @_;
+	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	my $proc = IPC::Run::start(
+		[
+			$exporter, "--extend.query-path=$queries",
+			'--disable-default-metrics', '--disable-settings-metrics',
+			'--no-collector.database', '--no-collector.bgwriter',
+			"--web.listen-address=127.0.0.1:$port", @flags
+		],
+		'<', \undef, '>&', $log,
+		init => sub { $ENV{DATA_SOURCE_NAME} = $dsn });
+	return ($proc, $port);
+}
+
+my $log = "$tempdir/exporter.log";
+my ($proc, $port) = start_exporter($log);
+
+sub get_metrics
+{
+	my ($at) = @_;
+	return HTTP::Tiny->new(timeout => 30)->get("http://127.0.0.1:$at/metrics");
+}
+
+# The series of a scrape, without the exporter's "server" label, as
+# ('metric{label=value,...}', value) pairs, in the order they came.
+sub series
+{
+	my ($content) = @_;
+	my @s;
+	for my $line (split /\n/, $content)
 	{
 		next if $line =~ /^#/;
 		my ($name, $labels, $value) = $line =~ /^(\w+)(?:\{(.*)\})?\s+(\S+)$/
@@ -54,9 +73,17 @@ sub scrape
 		{
 			push @l, "$1=$2" unless $1 eq 'server';
 		}
-		$m{ $name . '{' . join(',', sort @l) . '}' } = $value;
+		push @s, $name . '{' . join(',', sort @l) . '}', $value;
 	}
-	return \%m;
+	return @s;
+}
+
+# The first exporter's metrics as 'metric{label=value,...}' => value.
+sub scrape
+{
+	my $res = get_metrics($port);
+	return undef unless $res->{success};
+	return { series($res->{content}) };
 }
 
 my $m;
@@ -165,8 +192,39 @@ ok(wait_until('the hold to end with its backend', sub {
 	'a hold that ends with its backend is counted');
 
 $_->quit for ($a, $c);
+
+# --- with --auto-discover-databases -----------------------------------------
+# The exporter then scrapes every database of the server: here one more
+# with zklock and one without.  zklock's figures are server-wide, so they
+# must come once, from the DSN's database alone (master: true): twice
+# would fail the whole scrape, and the database without zklock has no
+# zk_stat_locks.
+$node->safe_psql('postgres', 'CREATE DATABASE prom_zklock');
+$node->safe_psql('postgres', 'CREATE DATABASE prom_plain');
+$node->safe_psql('prom_zklock', 'CREATE EXTENSION zklock');
+my $all_log = "$tempdir/exporter-all.log";
+my ($all_proc, $all_port) = start_exporter($all_log, '--auto-discover-databases');
+my $res;
+ok(wait_until('the second exporter to answer',
+		sub { $res = get_metrics($all_port); $res->{status} != 599 }),
+	'the exporter over every database answers');
+is($res->{status}, 200, 'its scrape succeeds') or diag($res->{content});
+# A series that came twice is listed twice.
+is_deeply([ sort grep { /^zklock_/ } pairkeys series($res->{content}) ],
+	[ sort grep { /^zklock_/ } keys %{ scrape() // {} } ],
+	'every zklock series of the DSN\'s database, each once');
+$all_proc->signal('TERM');
+$all_proc->finish;
+# logfmt escapes the quotes.
+unlike(slurp_file($all_log), qr/zk_stat_locks\\?" does not exist/,
+	'no query ran in the database without zklock');
+
 $proc->signal('TERM');
 $proc->finish;
-my $errors = join('', grep { /level=error/ } split /^/, slurp_file($log));
-is($errors, '', 'the exporter logged no error');
+for ([ $log, 'the exporter' ], [ $all_log, 'the exporter over every database' ])
+{
+	my ($l, $which) = @$_;
+	my $errors = join('', grep { /level=error/ } split /^/, slurp_file($l));
+	is($errors, '', "$which logged no error");
+}
 done_testing();
