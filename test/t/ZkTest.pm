@@ -12,7 +12,7 @@ use Test::More;
 use IO::Socket::INET;
 use Time::HiRes qw(time usleep);
 
-our @EXPORT = qw(zk_cluster zk_session zk_children zk_contenders
+our @EXPORT = qw(zk_cluster zk_configure zk_session zk_children zk_contenders
   zk_wait_contenders zk_get wait_until wait_for_zk_wait still_waiting
   send_query run_sql await_output await_output_and_stderr zk_ensemble
   start_peer peer_send peer_expect peer_silent peer_quit proxy_fired zk_session_last_xid
@@ -32,15 +32,24 @@ sub zk_cluster
 {
 	my ($name, $root, %conf) = @_;
 	my $node = PostgreSQL::Test::Cluster->new($name);
-	%conf = (shared_preload_libraries => "'zklock'", %conf);
 	$node->init;
+	zk_configure($node, $root, %conf);
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION zklock');
+	return $node;
+}
+
+# zk_cluster's settings, for a cluster a test initializes itself (one that
+# streams to a standby, say).
+sub zk_configure
+{
+	my ($node, $root, %conf) = @_;
+	%conf = (shared_preload_libraries => "'zklock'", %conf);
 	$node->append_conf('postgresql.conf', "zklock.hosts = '$hosts'\n"
 		  . "zklock.root = '$root'\n"
 		  . "log_statement = none\n"
 		  . join('', map { "$_ = $conf{$_}\n" } sort keys %conf));
-	$node->start;
-	$node->safe_psql('postgres', 'CREATE EXTENSION zklock');
-	return $node;
+	return;
 }
 
 # A psql session that keeps going after an error, so a cancelled query can
