@@ -186,8 +186,8 @@ is($span, $distinct, 'no tick was missed between the first and the last');
 note("the clusters that did the work: $by");
 for my $node ($east, $west)
 {
-	# Every tick between the first and the last one done, whole on both
-	# clusters' schedules.
+	# Every tick strictly between the first and the last one done: those
+	# two may lie partly outside the schedules.
 	is( $node->safe_psql('postgres', qq{
 			SELECT count(DISTINCT floor(extract(epoch FROM start_time) / 4))
 			FROM cron.job_run_details WHERE jobid = $tick_job{$node->name}
@@ -212,8 +212,8 @@ ok($log =~ qr/LOG:  nightly_export: skipped, the run of .+ is done/,
 
 # --- a lost lock commits neither the work nor the mark ----------------------
 # The loss comes between the function's writes and COMMIT, where only the
-# commit check stops them, and it must come before postgres_fdw commits the
-# remote transaction.
+# commit check stops them, and that check must come before postgres_fdw
+# commits the remote transaction.
 {
 	my $s = zk_session($east);
 	($out, $err) = run_sql($s, q{BEGIN; SELECT nightly_export('2000-01-01 UTC')});
