@@ -1,11 +1,14 @@
 # zklock under pg_cron, in both of pg_cron's ways to run a job: east runs
 # its jobs over libpq connections, west in background workers.
 #
-#   - The README's recipe, scheduled every second on both clusters: each
-#     4-second tick's work is done exactly once across the fleet, and
-#     runs never overlap, though each run lasts longer than the
-#     schedule's period.
-#     A skipped run says why in the server log.
+#   - The README's "once across all clusters" recipe, its SQL as written
+#     (only the data store's address filled in), scheduled every second on
+#     both clusters with 4-second ticks against a third cluster as the
+#     data store: each tick's work and mark are in the data store exactly
+#     once, though both clusters ran the job in every tick, and runs never
+#     overlap, though each lasts longer than the schedule's period.
+#     A skipped run says why in the server log.  A lost lock commits
+#     neither the work nor the mark.
 #   - In each mode: a wait for a lock can be cancelled, a lost lock cancels
 #     the job's statement and its work does not commit, and a job that
 #     ends (terminated, or failed after taking a session-level lock)
@@ -38,23 +41,44 @@ my $west = zk_cluster('west', $root, %cron,
 my %mode = (east => 'libpq', west => 'background worker');
 my $files = PostgreSQL::Test::Utils::tempdir();
 
-# The data store both clusters' jobs mutate lives on east; west reaches it
-# through postgres_fdw, as a job on another machine would.
-$east->safe_psql('postgres', q{
-	CREATE TABLE ticks (tick bigint, cluster text,
-		started timestamptz, finished timestamptz)});
-my ($east_host, $east_port) = ($east->host, $east->port);
-$west->safe_psql('postgres', qq{
-	CREATE EXTENSION postgres_fdw;
-	CREATE SERVER east FOREIGN DATA WRAPPER postgres_fdw
-		OPTIONS (host '$east_host', port '$east_port', dbname 'postgres');
-	CREATE USER MAPPING FOR CURRENT_USER SERVER east;
-	CREATE FOREIGN TABLE ticks (tick bigint, cluster text,
-		started timestamptz, finished timestamptz) SERVER east});
+# The README's SQL blocks of "Once across all clusters", in order.
+my $readme = slurp_file("$ENV{ZKLOCK_SRC}/README.md");
+$readme =~ /\*\*Once across all clusters\.\*\*(.*?)\*\*No overlap/s
+  or die "README.md: no \"Once across all clusters\" recipe";
+my ($store_sql, $cluster_sql, $schedule_sql) = $1 =~ /^```sql\n(.*?)^```$/gms;
+like($schedule_sql, qr/cron\.schedule/,
+	"the README's recipe: the data store's tables, each cluster's, the schedule");
+
+# The data store, where the jobs connect as the README's role.
+my $store = PostgreSQL::Test::Cluster->new('store');
+$store->init;
+$store->start;
+$store->safe_psql('postgres', q{
+	CREATE ROLE exporter LOGIN;
+	CREATE DATABASE datastore_a OWNER exporter});
+my ($rc, $out, $err) = $store->psql('datastore_a', $store_sql,
+	extra_params => [ '-U', 'exporter', '-v', 'ON_ERROR_STOP=1' ]);
+is($rc . $err, '0', "the README's data store tables");
+# The work lasts 1.2 s, longer than the schedule's period: a run whose work
+# starts while another's goes on finds the advisory lock taken, and logs it.
+$store->safe_psql('datastore_a', q{
+	CREATE FUNCTION slow_work() RETURNS trigger LANGUAGE plpgsql AS $f$
+	BEGIN
+		IF NOT pg_try_advisory_xact_lock(22) THEN
+			RAISE LOG 't022: two runs work at once';
+		END IF;
+		PERFORM pg_sleep(1.2);
+		RETURN NEW;
+	END $f$;
+	CREATE TRIGGER slow_work BEFORE INSERT ON exports
+		FOR EACH ROW EXECUTE FUNCTION slow_work()});
+my ($store_host, $store_port) = ($store->host, $store->port);
+$cluster_sql =~ s/host 'datastore-a\.example\.com', port '5432'/host '$store_host', port '$store_port'/
+  or die "README.md: the data store's address is not where the test fills it in";
 
 for my $node ($east, $west)
 {
-	my $name = $node->name;
+	$node->safe_psql('postgres', $cluster_sql);
 	$node->safe_psql('postgres', qq{
 		CREATE EXTENSION pg_cron;
 		CREATE FUNCTION zk_test_session_credentials() RETURNS text
@@ -71,30 +95,6 @@ for my $node ($east, $west)
 				RAISE EXCEPTION 'job % ran already', job;
 			END IF;
 			EXECUTE format('COPY (SELECT 1) TO %L', mark);
-		END \$f\$;
-		-- The README's "once across all clusters" recipe, with 4-second
-		-- ticks and 1.2 s of work between the check and the write, so two
-		-- runs that were let in together would both write.
-		CREATE FUNCTION tick_job() RETURNS void LANGUAGE plpgsql AS \$f\$
-		DECLARE
-			this_tick bigint;
-			started timestamptz;
-		BEGIN
-			IF EXISTS (SELECT 1 FROM tick_stop) THEN
-				RETURN;
-			END IF;
-			IF NOT zk_try_xact_lock('t022_tick') THEN
-				RAISE LOG 'tick job: skipped, another run holds the lock';
-				RETURN;
-			END IF;
-			started := clock_timestamp();
-			this_tick := floor(extract(epoch FROM started) / 4);
-			IF EXISTS (SELECT 1 FROM ticks WHERE tick = this_tick) THEN
-				RAISE LOG 'tick job: skipped, tick % already done', this_tick;
-				RETURN;
-			END IF;
-			PERFORM pg_sleep(1.2);
-			INSERT INTO ticks VALUES (this_tick, '$name', started, clock_timestamp());
 		END \$f\$});
 }
 
@@ -148,9 +148,12 @@ sub job_outcome
 }
 
 # --- once per tick across the fleet, no overlap ----------------------------
+# The README's function with 4-second ticks, until tick_stop has a row.
+my $tick = 'to_timestamp(floor(extract(epoch FROM now()) / 4) * 4)';
 my %tick_job = map {
-	$_->name => $_->safe_psql('postgres',
-		q{SELECT cron.schedule('tick', '1 seconds', 'SELECT tick_job()')})
+	$_->name => $_->safe_psql('postgres', qq{
+		SELECT cron.schedule('tick', '1 seconds',
+			'SELECT nightly_export($tick) WHERE NOT EXISTS (SELECT 1 FROM tick_stop)')})
 } ($east, $west);
 sleep 36;
 # Stop the work first: unscheduling a job would end or abandon its run in
@@ -165,24 +168,33 @@ ok(wait_until('the last run to end', sub {
 	join('', map {
 		$_->safe_psql('postgres', q{
 			SELECT count(*) FROM pg_stat_activity
-			WHERE query LIKE '%tick_job()%' AND pid <> pg_backend_pid()})
+			WHERE query LIKE '%nightly_export(%' AND pid <> pg_backend_pid()})
 	} ($east, $west)) eq '00';
 }), 'the last run ended');
 
-my $ticks = $east->safe_psql('postgres', q{
-	SELECT count(DISTINCT tick) || ' ' || count(*) || ' '
-		|| max(tick) - min(tick) + 1 FROM ticks});
-my ($distinct, $runs, $span) = split / /, $ticks;
-cmp_ok($distinct, '>=', 8, "the job ran for many ticks ($distinct)");
-is($runs, $distinct, 'no tick ran twice across the two clusters');
+my ($distinct, $marks, $work, $span, $first, $last, $by) = split /\|/,
+  $store->safe_psql('datastore_a', q{
+	SELECT count(DISTINCT tick), (SELECT count(*) FROM export_runs), count(*),
+		(extract(epoch FROM max(tick) - min(tick)) / 4)::int + 1,
+		extract(epoch FROM min(tick))::bigint, extract(epoch FROM max(tick))::bigint,
+		string_agg(DISTINCT cluster, ',' ORDER BY cluster)
+	FROM exports});
+cmp_ok($distinct, '>=', 8, "the job did the work of many ticks ($distinct)");
+is($marks, $distinct, 'one mark per tick in the data store');
+is($work, $distinct, 'and one run\'s work: no tick\'s work was done twice across the two clusters');
 is($span, $distinct, 'no tick was missed between the first and the last');
-is( $east->safe_psql('postgres', q{
-		SELECT count(*) FROM ticks a JOIN ticks b
-		  ON a.ctid <> b.ctid AND a.started < b.finished AND b.started < a.finished}),
-	'0',
-	'no two runs overlapped, though each lasts longer than the period');
+note("the clusters that did the work: $by");
 for my $node ($east, $west)
 {
+	# Every tick strictly between the first and the last one done: those
+	# two may lie partly outside the schedules.
+	is( $node->safe_psql('postgres', qq{
+			SELECT count(DISTINCT floor(extract(epoch FROM start_time) / 4))
+			FROM cron.job_run_details WHERE jobid = $tick_job{$node->name}
+			  AND start_time >= to_timestamp($first + 4)
+			  AND start_time < to_timestamp($last)}),
+		$distinct - 2,
+		"$mode{$node->name} mode: the cluster ran the job in every tick");
 	is( $node->safe_psql('postgres', qq{
 			SELECT string_agg(DISTINCT status || ': ' || coalesce(return_message, '<none>'), ', ')
 			FROM cron.job_run_details WHERE jobid = $tick_job{$node->name}
@@ -190,11 +202,34 @@ for my $node ($east, $west)
 		$node == $east ? 'succeeded: 1 row' : 'succeeded: SELECT 1',
 		"$mode{$node->name} mode: every run, skipped or not, succeeded");
 }
+unlike(slurp_file($store->logfile), qr/LOG:  t022: two runs work at once/,
+	'no two runs overlapped, though each lasts longer than the period');
 my $log = join '', map { slurp_file($_->logfile) } ($east, $west);
-ok($log =~ qr/LOG:  tick job: skipped, another run holds the lock/,
+ok($log =~ qr/LOG:  nightly_export: skipped, another run holds datastore_a/,
 	'the server log shows a run skipped while another held the lock');
-ok($log =~ qr/LOG:  tick job: skipped, tick \d+ already done/,
+ok($log =~ qr/LOG:  nightly_export: skipped, the run of .+ is done/,
 	'and one skipped because its tick was done');
+
+# --- a lost lock commits neither the work nor the mark ----------------------
+# The loss comes between the function's writes and COMMIT, where only the
+# commit check stops them, and that check must come before postgres_fdw
+# commits the remote transaction.
+{
+	my $s = zk_session($east);
+	($out, $err) = run_sql($s, q{BEGIN; SELECT nightly_export('2000-01-01 UTC')});
+	is($err, '', 'a run does the work under the lock');
+	my ($creds) = run_sql($s, 'SELECT zk_test_session_credentials()');
+	ZkTest::zkinspect('expire', $creds);
+	ok(zk_wait_contenders("$root/datastore_a", 0), 'its session expires');
+	($out, $err) = run_sql($s, 'COMMIT');
+	like($err, qr/ERROR:  cannot commit because zklock lost its ZooKeeper session/,
+		'the COMMIT is refused');
+	is( $store->safe_psql('datastore_a', q{
+			SELECT (SELECT count(*) FROM exports WHERE tick = '2000-01-01 UTC')
+				+ (SELECT count(*) FROM export_runs WHERE tick = '2000-01-01 UTC')}),
+		'0', 'and the data store has neither its work nor its mark');
+	$s->quit;
+}
 
 for my $node ($east, $west)
 {
@@ -271,5 +306,5 @@ for my $node ($east, $west)
 	unlike(slurp_file($node->logfile), qr/terminated by signal|TRAP:/,
 		"$mode{$node->name} mode: no backend or worker crashed");
 }
-$_->stop for ($east, $west);
+$_->stop for ($east, $west, $store);
 done_testing();
