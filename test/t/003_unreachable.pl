@@ -75,16 +75,19 @@ is($out, 'still usable', 'the backend keeps working');
 # The library's complaint about that host is a LOG record of the backend's,
 # without the statement, logged before the backend's ERROR; none of it is
 # written to standard error, which the collector keeps in a file of its own.
+my $connect_error = qr/^could not connect to ZooKeeper at "127\.0\.0\.1:1"/;
 ok(wait_until('the ERROR to reach the csvlog',
-		sub { grep { $_->{pid} eq $s->{zk_pid} && $_->{severity} eq 'ERROR' } csvlog_records() }),
+		sub { grep { $_->{pid} eq $s->{zk_pid} && $_->{message} =~ $connect_error } csvlog_records() }),
 	'the ERROR reaches the csvlog');
-my @lines = client_lines($s->{zk_pid}, qr/ZOO_ERROR\@.*127\.0\.0\.1:1\b/);
+my $refused = qr/ZOO_ERROR\@.*127\.0\.0\.1:1\b/;
+my @lines = client_lines($s->{zk_pid}, $refused);
 ok(@lines >= 1, 'the client library\'s log reaches the csvlog, as the backend\'s LOG')
   or diag(join("\n", map { "$_->{pid} $_->{severity} $_->{message}" } csvlog_records()));
 is($lines[0]{statement} // '', '', 'without the statement that happened to run');
 my @mine = grep { $_->{pid} eq $s->{zk_pid} } csvlog_records();
-my ($first_line) = grep { $mine[$_]{message} =~ /^zookeeper client: / } 0 .. $#mine;
-my ($error) = grep { $mine[$_]{message} =~ /^could not connect to ZooKeeper/ } 0 .. $#mine;
+my ($first_line) =
+  grep { $mine[$_]{message} =~ /^zookeeper client: / && $mine[$_]{message} =~ $refused } 0 .. $#mine;
+my ($error) = grep { $mine[$_]{message} =~ $connect_error } 0 .. $#mine;
 ok(defined $first_line && defined $error && $first_line < $error,
 	'and before the ERROR it explains');
 my $stderr_text = join('', map { slurp_file($_) } glob($node->data_dir . '/log/*.log'));
