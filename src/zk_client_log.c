@@ -186,7 +186,7 @@ take_line(ClientLogLine *line, bool at_exit)
 	pthread_mutex_lock(&client_log_mutex);
 	if (queued_lines > 0)
 	{
-		memcpy(line, &queue[first_line], sizeof(ClientLogLine));
+		*line = queue[first_line];
 		first_line = (first_line + 1) % CLIENT_LOG_SLOTS;
 		queued_lines--;
 	}
