@@ -287,6 +287,8 @@ zkh_check_session(void)
 	/* Read first, so that a session already closed does not keep it set. */
 	bool		janitor_failed = zks_janitor_failed();
 
+	/* What the client library said since, before what this call reports. */
+	zks_log_client_messages();
 	if (!zks_is_open() || zks_is_lost() || janitor_failed)
 	{
 		bool		held = entry_count(zkht_live) > 0;

@@ -908,8 +908,14 @@ xact_callback(XactEvent event, void *arg)
 			zkfc_xact_ended();
 			break;
 		default:
-			break;
+			return;
 	}
+
+	/*
+	 * The end of every transaction, zklock's or not, logs what the client
+	 * library said meanwhile.
+	 */
+	zks_log_client_messages();
 }
 
 static void subxact_callback(SubXactEvent event, SubTransactionId mySubid,

@@ -320,7 +320,8 @@ zks_connection_count(void)
 /*
  * Close the session, and let handles still closing finish first: the
  * process must not exit while library threads are inside OpenSSL.  Each
- * ends within its handshake's time limit.
+ * ends within its handshake's time limit.  Then no handle is left to log,
+ * and what the library said is logged before the backend goes.
  */
 static void
 close_at_exit(int code, Datum arg)
@@ -330,6 +331,7 @@ close_at_exit(int code, Datum arg)
 	while (closers_running > 0)
 		pthread_cond_wait(&closers_done, &zks_mutex);
 	pthread_mutex_unlock(&zks_mutex);
+	zkcl_log_at_exit();
 }
 
 /*
@@ -612,6 +614,8 @@ open_handle(TimestampTz deadline)
 	}
 	save_errno = errno;
 	zks_close();
+	/* What the library said of it, before the error. */
+	zks_log_client_messages();
 	if (save_errno == ETIMEDOUT)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
@@ -666,6 +670,7 @@ zks_open(void)
 			zkcl_tls_failure(failure, sizeof(failure));
 		zkcl_closed_by_server(closed, sizeof(closed));
 		zks_close();
+		zks_log_client_messages();
 		if (failure[0] != '\0')
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
@@ -696,6 +701,7 @@ zks_open(void)
 	pthread_mutex_lock(&zks_mutex);
 	zks_show_state_locked();
 	pthread_mutex_unlock(&zks_mutex);
+	zks_log_client_messages();
 }
 
 /*

@@ -5,8 +5,9 @@
  *	  sending asynchronous requests (zk_requests.c), waiting for their
  *	  replies and for watches (zk_wait.c), noticing its loss (zk_watchdog.c),
  *	  its settings (zk_settings.c), the janitor that makes sure
- *	  abandoned lock nodes are deleted (zk_janitor.c), and the budget of
- *	  nodes it may have (zk_budget.c).
+ *	  abandoned lock nodes are deleted (zk_janitor.c), the budget of
+ *	  nodes it may have (zk_budget.c), and the client library's own
+ *	  messages (zk_client_log.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -144,6 +145,9 @@ extern const char *zks_loss_reason(void);
 
 /* zk_settings.c */
 extern void zks_define_settings(void);
+
+/* zk_client_log.c: the library's messages, logged by the backend */
+extern void zks_log_client_messages(void);
 extern bool zks_settings_changed(void);
 extern bool zks_has_credentials(void);
 extern uint64 zks_identity_generation(void);

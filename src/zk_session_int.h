@@ -16,7 +16,8 @@
  *						a session may have
  *	  zk_settings.c		the settings a session is made with, its
  *						credentials and TLS files
- *	  zk_client_log.c	the library's own messages (no API of its own)
+ *	  zk_client_log.c	the library's own messages, queued on its threads
+ *						and logged by the backend
  *
  * Thread rules (see zk_session.c): the completion thread and the watchdog
  * call into these files, so everything those two reach here either runs
@@ -144,6 +145,7 @@ extern void zkset_authenticate(void);
 /* zk_client_log.c: the library's messages; zkcl_log on any thread */
 #define ZKCL_FAILURE_SIZE	256
 extern void zkcl_log(const char *message);
+extern void zkcl_log_at_exit(void);
 extern void zkcl_forget_failures(void);
 extern void zkcl_tls_failure(char *buf, size_t size);
 extern void zkcl_closed_by_server(char *buf, size_t size);

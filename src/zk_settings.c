@@ -320,7 +320,7 @@ zks_define_settings(void)
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 	DefineCustomEnumVariable("zklock.client_log_level",
-							 "Sets the level of the ZooKeeper client library's own messages on the server's standard error.",
+							 "Sets the level of the ZooKeeper client library's own messages in the server log.",
 							 NULL,
 							 &zklock_client_log_level,
 							 ZOO_LOG_LEVEL_ERROR,

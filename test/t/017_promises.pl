@@ -121,12 +121,12 @@ sub expire
 		($out, $err) = run_sql($c, "SELECT zk_try_lock('nowhere')");
 		like($err, qr/could not connect to ZooKeeper/, "rate limit: a lock call fails ($_)");
 	}
-	my $lines = () = slurp_file($west->logfile, $start) =~ /^zklock: .*ZOO_/mg;
+	my $lines = () = slurp_file($west->logfile, $start) =~ /LOG:  zookeeper client: .*ZOO_/mg;
 	cmp_ok($lines, '>=', 1, 'rate limit: the library\'s messages reach the server log');
 	is($lines, 5, 'rate limit: five of them in 10 s, however many the library wrote');
 	sleep 10;
 	run_sql($c, "SELECT zk_try_lock('nowhere')");
-	like(slurp_file($west->logfile, $start), qr/^zklock: \d+ more ZooKeeper client messages suppressed$/m,
+	like(slurp_file($west->logfile, $start), qr/LOG:  zookeeper client: \d+ more messages? suppressed$/m,
 		'rate limit: then a count of the rest');
 	$c->quit;
 }
