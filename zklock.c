@@ -233,7 +233,7 @@ acquire_name(const char *parent, const char *name, LockMode mode, int slots,
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("session-level zklocks are disabled"),
-				 errdetail("zklock.session_locks is off, as it should be for the clients of a pooler in transaction mode: their session-level locks would outlive their transactions on server connections that other clients share."),
+				 errdetail("zklock.session_locks is off.  A session-level lock outlives its transaction, and behind a pooler in transaction mode it would stay on a server connection that other clients share."),
 				 errhint("Use the transaction-level functions, those with \"xact\" in their names (zk_xact_lock, zk_try_xact_lock, zk_xact_semaphore_acquire and the others), which COMMIT and ROLLBACK release.")));
 
 	zkh_check_session();

@@ -27,6 +27,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "miscadmin.h"
+
 #include "zk_session.h"
 #include "zk_session_int.h"
 
@@ -256,8 +258,14 @@ log_queued(bool at_exit)
 	ClientLogLine line;
 	int			i;
 
+	/*
+	 * ereport below ERROR checks for interrupts when done; the waits that
+	 * must not be interrupted (a release being confirmed, say) log too.
+	 */
+	HOLD_INTERRUPTS();
 	for (i = 0; i <= CLIENT_LOG_SLOTS && take_line(&line, at_exit); i++)
 		log_line(&line);
+	RESUME_INTERRUPTS();
 }
 
 void

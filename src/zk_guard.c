@@ -76,6 +76,14 @@ static int	statement_depth = 0;
 /* This transaction ran a statement that writes (see the header comment). */
 static bool transaction_wrote = false;
 
+/*
+ * This transaction ran DISCARD ALL, which runs alone in its transaction.
+ * What it writes, the drop of the session's temporary tables, is no work
+ * done under a lock, so its commit is judged as one that wrote nothing: as
+ * a write, it would be refused for the very losses it acknowledged.
+ */
+static bool discarded_all = false;
+
 /* This transaction's commit check has begun. */
 static bool committing = false;
 
@@ -229,8 +237,9 @@ check_commit(bool prepare, bool commits)
 		return;
 	if (commits)
 		start_committing();
-	zkh_check_commit(transaction_wrote ||
-					 TransactionIdIsValid(GetTopTransactionIdIfAny()),
+	zkh_check_commit(!discarded_all &&
+					 (transaction_wrote ||
+					  TransactionIdIsValid(GetTopTransactionIdIfAny())),
 					 prepare);
 }
 
@@ -471,7 +480,10 @@ guard_ProcessUtility(PlannedStmt *pstmt, const char *queryString,
 	run_guarded(utility_part, &call);
 	if (IsA(parsetree, DiscardStmt) &&
 		((DiscardStmt *) parsetree)->target == DISCARD_ALL)
+	{
+		discarded_all = true;
 		release_on_discard_all();
+	}
 	stay_first_at_commit();
 }
 
@@ -500,6 +512,7 @@ guard_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			transaction_wrote = false;
+			discarded_all = false;
 			in_pre_commit = false;
 			explicit_block = false;
 			block_ending = false;

@@ -75,6 +75,7 @@ sleep_for(uint32 wait_event, long timeout_ms, bool interruptible)
 	(void) WaitEventSetWait(wait_set, timeout_ms, &event, 1, wait_event);
 	ResetLatch(MyLatch);
 	drain_wake_fd();
+
 	/*
 	 * What the client library said meanwhile: a wait that watches the
 	 * session wakes at least once a second.

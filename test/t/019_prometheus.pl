@@ -30,6 +30,10 @@ $node->safe_psql('postgres', 'CREATE ROLE prometheus LOGIN IN ROLE pg_monitor');
 my $dsn = sprintf('host=%s port=%d user=prometheus dbname=postgres sslmode=disable',
 	$node->host, $node->port);
 
+# The exporters started, stopped at the end whatever happens.
+my @exporters;
+END { $_->kill_kill for grep { $_->pumpable } @exporters; }
+
 # An exporter with this file and @flags, logging to $log; returns it and
 # its port.
 sub start_exporter
@@ -45,6 +49,7 @@ sub start_exporter
 		],
 		'<', \undef, '>&', $log,
 		init => sub { $ENV{DATA_SOURCE_NAME} = $dsn });
+	push @exporters, $proc;
 	return ($proc, $port);
 }
 

@@ -162,7 +162,14 @@ my %stopped_at = map {
 	$_->name => $_->safe_psql('postgres',
 		'INSERT INTO tick_stop DEFAULT VALUES; SELECT now()')
 } ($east, $west);
-sleep 3;
+ok(wait_until('the runs started before the stop to end', sub {
+	join('', map {
+		$_->safe_psql('postgres', qq{
+			SELECT count(*) FROM pg_stat_activity
+			WHERE query LIKE '%nightly_export(%' AND pid <> pg_backend_pid()
+			  AND query_start < '$stopped_at{$_->name}'})
+	} ($east, $west)) eq '00';
+}), 'the runs started before the stop ended');
 $_->safe_psql('postgres', q{SELECT cron.unschedule('tick')}) for ($east, $west);
 ok(wait_until('the last run to end', sub {
 	join('', map {
@@ -221,6 +228,7 @@ ok($log =~ qr/LOG:  nightly_export: skipped, the run of .+ is done/,
 	my ($creds) = run_sql($s, 'SELECT zk_test_session_credentials()');
 	ZkTest::zkinspect('expire', $creds);
 	ok(zk_wait_contenders("$root/datastore_a", 0), 'its session expires');
+	ok(wait_for_session_lost($east, $s->{zk_pid}), 'and the run knows it');
 	($out, $err) = run_sql($s, 'COMMIT');
 	like($err, qr/ERROR:  cannot commit because zklock lost its ZooKeeper session/,
 		'the COMMIT is refused');

@@ -66,6 +66,7 @@ run_sql($s, 'BEGIN');
 run_sql($s, "SELECT zk_xact_lock('standby_c')");
 my ($creds) = run_sql($s, 'SELECT zk_test_session_credentials()');
 ZkTest::zkinspect('expire', $creds);
+ok(wait_for_session_lost($standby, $s->{zk_pid}), 'standby: the session is lost');
 ($out, $err) = run_sql($s, 'COMMIT');
 like($err, qr/ERROR:  cannot commit because zklock lost its ZooKeeper session/,
 	'standby: COMMIT fails once its lock is lost');

@@ -100,8 +100,10 @@ sub backend_of { return ($_[0]->selectrow_array('SELECT pg_backend_pid()'))[0]; 
 		0, 'the server connection shows no hold');
 
 	# A lock lost while the first client held it: that client's writes are
-	# refused until it acknowledges the loss, and it leaves without doing so.
+	# refused until it acknowledges the loss, and it leaves without doing so,
+	# and with a temporary table, whose drop makes DISCARD ALL a write.
 	$b->do("SELECT zk_lock('lost_here')");
+	$b->do('CREATE TEMP TABLE scratch (x int)');
 	my ($creds) = $b->selectrow_array('SELECT zk_test_session_credentials()');
 	ZkTest::zkinspect('expire', $creds);
 	my $refused = wait_until('the loss to refuse a write', sub {
@@ -113,7 +115,8 @@ sub backend_of { return ($_[0]->selectrow_array('SELECT pg_backend_pid()'))[0]; 
 	$b->disconnect;
 
 	my $c = client('session');
-	is(backend_of($c), $pid, 'the next client again gets that server connection');
+	is(backend_of($c), $pid,
+		'the next client again gets that server connection (DISCARD ALL did not fail)');
 	ok($c->do("INSERT INTO work VALUES (2, 'next client')"),
 		'and its writes are not refused for the loss of the client before')
 	  or diag($c->errstr);

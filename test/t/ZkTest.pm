@@ -15,7 +15,7 @@ use Time::HiRes qw(time usleep);
 our @EXPORT = qw(zk_cluster zk_configure zk_session zk_children zk_contenders
   zk_wait_contenders zk_get wait_until wait_for_zk_wait still_waiting
   send_query run_sql await_output await_output_and_stderr zk_ensemble
-  start_peer peer_send peer_expect peer_silent peer_quit proxy_fired zk_session_last_xid
+  wait_for_session_lost start_peer peer_send peer_expect peer_silent peer_quit proxy_fired zk_session_last_xid
   wait_node published_waits await_published
   zk_lock_nodes no_node_left start_proxy);
 
@@ -320,6 +320,18 @@ sub wait_for_zk_wait
 				                    AND l.node IS NOT NULL))
 				FROM pg_stat_activity a WHERE a.pid = $pid}) eq 't';
 		});
+}
+
+# Wait until the backend with this pid knows that its ZooKeeper session is
+# lost (zk_sessions, with zklock preloaded): a COMMIT sent before it knows
+# may still find the session confirmed by its last contact with a server.
+sub wait_for_session_lost
+{
+	my ($node, $pid) = @_;
+	return wait_until("backend $pid to know its session lost", sub {
+		$node->safe_psql('postgres', "SELECT state FROM zk_sessions WHERE pid = $pid")
+		  eq 'lost';
+	});
 }
 
 # The xid of the last request a ZooKeeper session sent, from the "cons" of
