@@ -78,9 +78,10 @@ static bool transaction_wrote = false;
 
 /*
  * This transaction ran DISCARD ALL, which runs alone in its transaction.
- * What it writes, the drop of the session's temporary tables, is no work
- * done under a lock, so its commit is judged as one that wrote nothing: as
- * a write, it would be refused for the very losses it acknowledged.
+ * The xid it takes to drop the session's temporary tables marks no work
+ * done under a lock, so it does not make the commit one that wrote: as a
+ * write, it would be refused for the very losses it acknowledged.  A
+ * statement that writes through the executor still counts.
  */
 static bool discarded_all = false;
 
@@ -237,8 +238,8 @@ check_commit(bool prepare, bool commits)
 		return;
 	if (commits)
 		start_committing();
-	zkh_check_commit(!discarded_all &&
-					 (transaction_wrote ||
+	zkh_check_commit(transaction_wrote ||
+					 (!discarded_all &&
 					  TransactionIdIsValid(GetTopTransactionIdIfAny())),
 					 prepare);
 }
