@@ -11,23 +11,28 @@
 # scripts/test-all sets up both and runs them for every supported major.
 
 MODULE_big = zklock
-# The SQL surface is zklock.c; the layers under it are in src/ (see
-# CONTRIBUTING.md, Layout).
-OBJS = zklock.o $(patsubst %,src/%.o,zk_args zk_observe zk_guard zk_shared \
-	zk_holds zk_fail_closed zk_recipe zk_acl_check zk_deadlock zk_queue_read zk_queue \
-	zk_session zk_requests zk_wait zk_watchdog zk_settings zk_client_log \
-	zk_janitor zk_budget zk_names zk_text zk_title zk_memory)
-# The C functions only the TAP suites call (src/zk_test_support.c) are
+# The SQL surface is zklock.c; the layers under it are in src/, a folder
+# each, top to bottom (see CONTRIBUTING.md, Layout).  Sources include each
+# other's headers by folder: #include "session/zk_session.h".
+OBJS = zklock.o \
+	$(patsubst %,src/sql/%.o,zk_observe zk_args) \
+	$(patsubst %,src/holds/%.o,zk_guard zk_holds zk_fail_closed) \
+	$(patsubst %,src/recipe/%.o,zk_recipe zk_deadlock zk_acl_check zk_queue_read zk_queue) \
+	$(patsubst %,src/shared/%.o,zk_shared zk_title) \
+	$(patsubst %,src/session/%.o,zk_session zk_budget zk_wait zk_watchdog zk_settings \
+		zk_requests zk_janitor zk_client_log) \
+	$(patsubst %,src/base/%.o,zk_names zk_text zk_memory)
+# The C functions only the TAP suites call (src/sql/zk_test_support.c) are
 # built with ZKLOCK_TEST_SUPPORT=1, as CI and the test scripts do; never
 # shipped.
 ifeq ($(ZKLOCK_TEST_SUPPORT),1)
-OBJS += src/zk_test_support.o
+OBJS += src/sql/zk_test_support.o
 endif
-EXTRA_CLEAN = src/zk_test_support.o src/zk_test_support.bc
+EXTRA_CLEAN = src/sql/zk_test_support.o src/sql/zk_test_support.bc
 # A VPATH build (pg_buildext's, for the Debian package) writes the objects
-# of src/ into the build directory, which needs the directory first.
+# of src/ into the build directory, which needs their folders first.
 ifdef VPATH
-$(shell mkdir -p src)
+$(shell mkdir -p $(sort $(dir $(OBJS) src/sql/zk_test_support.o)))
 endif
 EXTENSION = zklock
 DATA = zklock--1.0.sql

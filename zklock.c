@@ -42,14 +42,14 @@
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
 
-#include "zk_args.h"
-#include "zk_deadlock.h"
-#include "zk_guard.h"
-#include "zk_holds.h"
-#include "zk_memory.h"
-#include "zk_session.h"
-#include "zk_shared.h"
-#include "zk_text.h"
+#include "base/zk_memory.h"
+#include "base/zk_text.h"
+#include "holds/zk_guard.h"
+#include "holds/zk_holds.h"
+#include "recipe/zk_deadlock.h"
+#include "session/zk_session.h"
+#include "shared/zk_shared.h"
+#include "sql/zk_args.h"
 
 PG_MODULE_MAGIC;
 

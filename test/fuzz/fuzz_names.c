@@ -18,7 +18,7 @@
 
 #include <stdio.h>
 
-#include "../../src/zk_queue.h"
+#include "recipe/zk_queue.h"
 
 static void
 check_encoding(const char *name, size_t len)

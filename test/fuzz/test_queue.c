@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/zk_queue.h"
+#include "recipe/zk_queue.h"
 
 static int	failures = 0;
 
