@@ -11,7 +11,7 @@
 
 #include "datatype/timestamp.h"
 
-#include "recipe/zk_recipe.h"
+#include "base/zk_layout.h"
 
 /* A wait published in ZooKeeper; path[0] is '\0' while there is none. */
 typedef struct ZkdWait

@@ -12,7 +12,7 @@
 
 #include "fmgr.h"
 
-#include "recipe/zk_recipe.h"
+#include "base/zk_layout.h"
 
 /* A timeout that waits without limit, and one that tries once. */
 #define ZKA_WAIT_FOREVER	((int64) -1)
