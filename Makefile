@@ -15,24 +15,24 @@ MODULE_big = zklock
 # each, top to bottom (see CONTRIBUTING.md, Layout).  Sources include each
 # other's headers by folder: #include "session/zk_session.h".
 OBJS = zklock.o \
-	$(patsubst %,src/sql/%.o,zk_observe zk_args) \
+	$(patsubst %,src/interface/%.o,zk_observe zk_args) \
 	$(patsubst %,src/holds/%.o,zk_guard zk_holds zk_fail_closed) \
 	$(patsubst %,src/recipe/%.o,zk_recipe zk_deadlock zk_acl_check zk_queue_read zk_queue) \
 	$(patsubst %,src/shared/%.o,zk_shared zk_title) \
 	$(patsubst %,src/session/%.o,zk_session zk_budget zk_wait zk_watchdog zk_settings \
 		zk_requests zk_janitor zk_client_log) \
 	$(patsubst %,src/base/%.o,zk_names zk_text zk_memory)
-# The C functions only the TAP suites call (src/sql/zk_test_support.c) are
+# The C functions only the TAP suites call (src/interface/zk_test_support.c) are
 # built with ZKLOCK_TEST_SUPPORT=1, as CI and the test scripts do; never
 # shipped.
 ifeq ($(ZKLOCK_TEST_SUPPORT),1)
-OBJS += src/sql/zk_test_support.o
+OBJS += src/interface/zk_test_support.o
 endif
-EXTRA_CLEAN = src/sql/zk_test_support.o src/sql/zk_test_support.bc
+EXTRA_CLEAN = src/interface/zk_test_support.o src/interface/zk_test_support.bc
 # A VPATH build (pg_buildext's, for the Debian package) writes the objects
 # of src/ into the build directory, which needs their folders first.
 ifdef VPATH
-$(shell mkdir -p $(sort $(dir $(OBJS) src/sql/zk_test_support.o)))
+$(shell mkdir -p $(sort $(dir $(OBJS) src/interface/zk_test_support.o)))
 endif
 EXTENSION = zklock
 DATA = zklock--1.0.sql

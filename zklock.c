@@ -49,7 +49,7 @@
 #include "recipe/zk_deadlock.h"
 #include "session/zk_session.h"
 #include "shared/zk_shared.h"
-#include "sql/zk_args.h"
+#include "interface/zk_args.h"
 
 PG_MODULE_MAGIC;
 

@@ -31,7 +31,7 @@
 #include "recipe/zk_queue_read.h"
 #include "session/zk_session.h"
 #include "shared/zk_shared.h"
-#include "sql/zk_args.h"
+#include "interface/zk_args.h"
 
 PG_FUNCTION_INFO_V1(zk_locks);
 PG_FUNCTION_INFO_V1(zk_lock_contenders);

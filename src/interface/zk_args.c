@@ -29,7 +29,7 @@
 #include "utils/timestamp.h"
 
 #include "base/zk_layout.h"
-#include "sql/zk_args.h"
+#include "interface/zk_args.h"
 
 static char *zklock_root = NULL;
 
