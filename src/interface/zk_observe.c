@@ -368,16 +368,13 @@ zk_blockers(PG_FUNCTION_ARGS)
 										   zklock_connect_timeout);
 	PG_TRY();
 	{
-		const char *node = zkl_basename(wait.node);
 		int		   *blockers;
 		int			nblockers = 0;
-		int			own = -1;
+		int			own;
 		int			i;
 
 		read_queue(parent, wait.semaphore, deadline, &q);
-		for (i = 0; i < q.n; i++)
-			if (strcmp(q.entries[i].name, node) == 0)
-				own = i;
+		own = zkqr_find(&q, zkl_basename(wait.node));
 		blockers = palloc(Max(q.n, 1) * sizeof(int));
 		if (own >= 0)
 			nblockers = (wait.semaphore ? zkq_slot_blockers : zkq_blockers)

@@ -196,6 +196,23 @@ zkqr_read_contenders(ZkqrQueue *q, const ZkqrOptions *options)
 	return status;
 }
 
+/*
+ * The index in q of the contender named name, or -1 if the queue as read
+ * has none: not listed, or left out.  For a caller looking at someone
+ * else's node, such as the views at a waiter's; the recipe knows its own
+ * as ZkqrQueue.own.
+ */
+int
+zkqr_find(const ZkqrQueue *q, const char *name)
+{
+	int			i;
+
+	for (i = 0; i < q->n; i++)
+		if (strcmp(q->entries[i].name, name) == 0)
+			return i;
+	return -1;
+}
+
 /* Fill in q->order and q->holds, as the queue rules describe the queue. */
 static void
 order_queue(ZkqrQueue *q, const ZkqrOptions *options)

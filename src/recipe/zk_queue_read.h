@@ -82,6 +82,7 @@ extern ZkqrStatus zkqr_read_queue(ZkqrQueue *q, const char *parent,
 extern void zkqr_parse(ZkqrQueue *q, const char *parent,
 					   const ZkRequest *list, const ZkqrOptions *options);
 extern ZkqrStatus zkqr_read_contenders(ZkqrQueue *q, const ZkqrOptions *options);
+extern int	zkqr_find(const ZkqrQueue *q, const char *name);
 extern bool zkqr_is_attempt_node(const char *child,
 								 const ZkqrOptions *options);
 extern void zkqr_release(ZkqrQueue *q);
