@@ -452,50 +452,83 @@ bounds_array(const int *bounds_ms, int n)
 										   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
 
+/* How zk_stat_locks shows a counter. */
+typedef enum StatShown
+{
+	STAT_COUNT,
+	STAT_MS,					/* a time counted in us, shown in ms */
+	STAT_HISTOGRAM				/* the counter and the buckets after it,
+								 * cumulative */
+} StatShown;
+
+typedef struct StatColumn
+{
+	ZkshCounter counter;
+	StatShown	shown;
+	int			ncounters;		/* how many it shows: a histogram's buckets,
+								 * else 1 */
+} StatColumn;
+
+/*
+ * zk_stat_locks's columns after the name, in the order zklock--1.0.sql
+ * declares them.  This one table both sizes the row and fills it, so the
+ * column count checked against the declaration is the count filled in.
+ */
+static const StatColumn stat_columns[] = {
+	{ZKSH_ACQUISITIONS, STAT_COUNT, 1},
+	{ZKSH_WAITS, STAT_COUNT, 1},
+	{ZKSH_WAIT_TIME_US, STAT_MS, 1},
+	{ZKSH_TIMEOUTS, STAT_COUNT, 1},
+	{ZKSH_CANCELLATIONS, STAT_COUNT, 1},
+	{ZKSH_DEADLOCKS, STAT_COUNT, 1},
+	{ZKSH_LOSSES, STAT_COUNT, 1},
+	{ZKSH_WAIT_BUCKET, STAT_HISTOGRAM, ZKSH_WAIT_BUCKETS},
+	{ZKSH_RELEASES, STAT_COUNT, 1},
+	{ZKSH_HOLD_TIME_US, STAT_MS, 1},
+	{ZKSH_HOLD_BUCKET, STAT_HISTOGRAM, ZKSH_HOLD_BUCKETS},
+};
+
+/* The name, then a column per entry of stat_columns. */
+#define STAT_NCOLUMNS	((int) (1 + lengthof(stat_columns)))
+
 /* Server-wide statistics per lock name, in the style of pg_stat_*. */
 Datum
 zk_stat_locks(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	ZkshStats  *stats;
-	int			columns = 1;
-	int			counter;
-	int			nbuckets;
 	int			n;
 	int			i;
 
 	require_shared_memory("zk_stat_locks");
 	InitMaterializedSRF(fcinfo, 0);
-	/* A column per counter, a histogram's buckets making one, and the name. */
-	for (counter = 0; counter < ZKSH_NCOUNTERS; counter += nbuckets)
-	{
-		(void) zksh_shown_as(counter, &nbuckets);
-		columns++;
-	}
-	if (columns != rsinfo->setDesc->natts)
-		elog(ERROR, "zk_stat_locks is declared with %d columns but its counters make %d",
-			 rsinfo->setDesc->natts, columns);
+	if (rsinfo->setDesc->natts != STAT_NCOLUMNS)
+		elog(ERROR, "zk_stat_locks is declared with %d columns but shows %d",
+			 rsinfo->setDesc->natts, STAT_NCOLUMNS);
 	n = zksh_stats(&stats);
 	for (i = 0; i < n; i++)
 	{
 		int64	   *c = stats[i].counters;
-		Datum		values[1 + ZKSH_NCOUNTERS];
-		bool		nulls[1 + ZKSH_NCOUNTERS] = {0};
-		int			column = 0;
+		Datum		values[STAT_NCOLUMNS];
+		bool		nulls[STAT_NCOLUMNS] = {0};
+		int			column;
 
-		values[column++] = zkt_shown_name(stats[i].name);
-		for (counter = 0; counter < ZKSH_NCOUNTERS; counter += nbuckets)
+		values[0] = zkt_shown_name(stats[i].name);
+		for (column = 1; column < STAT_NCOLUMNS; column++)
 		{
-			switch (zksh_shown_as(counter, &nbuckets))
+			const StatColumn *sc = &stat_columns[column - 1];
+
+			switch (sc->shown)
 			{
-				case ZKSH_AS_COUNT:
-					values[column++] = Int64GetDatum(c[counter]);
+				case STAT_COUNT:
+					values[column] = Int64GetDatum(c[sc->counter]);
 					break;
-				case ZKSH_AS_MS:
-					values[column++] = Float8GetDatum(c[counter] / 1000.0);
+				case STAT_MS:
+					values[column] = Float8GetDatum(c[sc->counter] / 1000.0);
 					break;
-				case ZKSH_AS_HISTOGRAM:
-					values[column++] = cumulative_buckets(&c[counter], nbuckets);
+				case STAT_HISTOGRAM:
+					values[column] = cumulative_buckets(&c[sc->counter],
+														sc->ncounters);
 					break;
 			}
 		}

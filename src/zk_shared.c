@@ -611,30 +611,6 @@ zksh_count(const char *parent, bool semaphore, ZkshCounter counter,
 		count_shared(parent, &counter, &amount, 1);
 }
 
-/*
- * How zk_stat_locks shows a counter, and how many counters its column
- * takes: a histogram's buckets make one.
- */
-ZkshShown
-zksh_shown_as(ZkshCounter counter, int *nbuckets)
-{
-	*nbuckets = 1;
-	switch (counter)
-	{
-		case ZKSH_WAIT_TIME_US:
-		case ZKSH_HOLD_TIME_US:
-			return ZKSH_AS_MS;
-		case ZKSH_WAIT_BUCKET:
-			*nbuckets = ZKSH_WAIT_BUCKETS;
-			return ZKSH_AS_HISTOGRAM;
-		case ZKSH_HOLD_BUCKET:
-			*nbuckets = ZKSH_HOLD_BUCKETS;
-			return ZKSH_AS_HISTOGRAM;
-		default:
-			return ZKSH_AS_COUNT;
-	}
-}
-
 const int	zksh_wait_bounds_ms[ZKSH_WAIT_BUCKETS] = {
 	1, 10, 100, 1000, 10000, 60000, 600000
 };
