@@ -642,7 +642,7 @@ zk_status(PG_FUNCTION_ARGS)
 	values[8] = Float8GetDatum(zksh_backend_count(ZKSH_WAIT_TIME_US) / 1000.0);
 	values[9] = Int64GetDatum(zksh_backend_count(ZKSH_TIMEOUTS));
 	values[10] = Int64GetDatum(zksh_backend_count(ZKSH_CANCELLATIONS));
-	values[11] = Int64GetDatum(zkh_losses());
+	values[11] = Int64GetDatum(zksh_backend_count(ZKSH_LOSSES));
 	values[12] = Int64GetDatum(zksh_backend_count(ZKSH_DEADLOCKS));
 	values[13] = BoolGetDatum(zks_uses_tls());
 

@@ -585,11 +585,7 @@ count_locked(StatEntry *entry, const ZkshCounter *counters,
 	LWLockRelease(state->lock);
 }
 
-/*
- * This backend's counters, for zk_status().  It shows all but the losses,
- * which it takes from the hold table: that counts each mode lost, these
- * count each lock.
- */
+/* This backend's counters, for zk_status(). */
 static int64 backend_counts[ZKSH_NCOUNTERS];
 
 int64
