@@ -192,9 +192,10 @@ client_of(const char *name, bool is_zklock)
 /*
  * The queue of one lock or semaphore, as zk_lock_contenders and zk_blockers
  * show it (zk_queue_read.c): its contenders, each one's data and stat read
- * in one pipeline, in queue order.  A contender gone since the listing,
- * or whose read failed, is left out.  On an ERROR the caller releases the
- * queue.
+ * in one pipeline, in queue order.  A contender gone since the listing
+ * is left out; one whose read failed otherwise (no permission to read it,
+ * the connection lost) is an ERROR, since the queue without it would show
+ * a waiter as holding.  On an ERROR the caller releases the queue.
  */
 static void
 read_queue(const char *parent, bool semaphore, TimestampTz deadline,
@@ -205,7 +206,6 @@ read_queue(const char *parent, bool semaphore, TimestampTz deadline,
 
 	options.semaphore = semaphore;
 	options.reads = ZKQR_DATA;
-	options.drop_unreadable = true;
 	options.order = true;
 	options.deadline = deadline;
 	status = zkqr_read_queue(q, parent, &options);
@@ -214,9 +214,11 @@ read_queue(const char *parent, bool semaphore, TimestampTz deadline,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("ZooKeeper did not answer within %d ms",
 						zklock_connect_timeout)));
-	/* Every read that failed was left out: only the listing can fail. */
-	if (status == ZKQR_FAILED)
+	if (status == ZKQR_FAILED && q->failed_name == NULL)
 		zks_report_error(q->failed_rc, ZKS_LIST, parent);
+	if (status == ZKQR_FAILED)
+		zks_report_error(q->failed_rc, ZKS_READ,
+						 psprintf("%s/%s", parent, q->failed_name));
 }
 
 /*
