@@ -242,7 +242,7 @@ CREATE FUNCTION zk_stat_locks(
     OUT timeouts bigint,
     OUT cancellations bigint,
     OUT deadlocks bigint,
-    OUT losses bigint,
+    OUT losses bigint,              -- holds lost with a session, one per mode
     OUT wait_time_buckets bigint[],
     OUT releases bigint,
     OUT hold_time_ms double precision,
@@ -350,7 +350,7 @@ CREATE FUNCTION zk_status(
     OUT wait_time_ms double precision,
     OUT timeouts bigint,
     OUT cancellations bigint,
-    OUT losses bigint,
+    OUT losses bigint,              -- the same, semaphore slots included
     OUT deadlocks bigint,
     OUT tls boolean)
 RETURNS record

@@ -38,8 +38,6 @@
 #include "session/zk_session.h"
 #include "shared/zk_shared.h"
 
-static int64 losses = 0;
-
 /*
  * Names of lost session-level holds acknowledged in this transaction: a
  * transaction that acknowledges a loss must not commit what it wrote,
@@ -151,7 +149,6 @@ move_to_lost(LockEntry *entry)
 
 		if (hold_count(from, HOLD_ANY) == 0)
 			continue;
-		losses++;
 		if (to->since == 0)
 		{
 			to->since = from->since;
@@ -194,10 +191,16 @@ lose_session(bool warn)
 	zkht_walk_begin(&walk, zkht_live, NULL);
 	while ((entry = zkht_walk_next(&walk)) != NULL)
 	{
-		if (modes_held(entry, HOLD_ANY) > 0)
+		int			modes = modes_held(entry, HOLD_ANY);
+
+		/*
+		 * A hold is a mode held: a name held shared and exclusive loses
+		 * two, as it would count two releases.
+		 */
+		if (modes > 0)
 		{
 			append_name(&names, entry->name);
-			zksh_count(entry->key, entry->semaphore, ZKSH_LOSSES, 1);
+			zksh_count(entry->key, entry->semaphore, ZKSH_LOSSES, modes);
 		}
 		move_to_lost(entry);
 	}
@@ -332,11 +335,15 @@ zkh_unacknowledged_losses(void)
 	return zkht_count_modes_held(zkht_lost, HOLD_SESSION);
 }
 
-/* How many holds were lost with a session, over this backend's life. */
+/*
+ * How many holds (a mode of a name each) this backend lost with a session,
+ * over its life, as zk_status shows them: a caller that compares it before
+ * and after learns whether it lost any meanwhile.
+ */
 int64
 zkh_losses(void)
 {
-	return losses;
+	return zksh_backend_count(ZKSH_LOSSES);
 }
 
 /* A lost session-level hold of this name was let go: remember it. */

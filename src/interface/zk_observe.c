@@ -192,9 +192,10 @@ client_of(const char *name, bool is_zklock)
 /*
  * The queue of one lock or semaphore, as zk_lock_contenders and zk_blockers
  * show it (zk_queue_read.c): its contenders, each one's data and stat read
- * in one pipeline, in queue order.  A contender gone since the listing,
- * or whose read failed, is left out.  On an ERROR the caller releases the
- * queue.
+ * in one pipeline, in queue order.  A contender gone since the listing
+ * is left out; one whose read failed otherwise (no permission to read it,
+ * the connection lost) is an ERROR, since the queue without it would show
+ * a waiter as holding.  On an ERROR the caller releases the queue.
  */
 static void
 read_queue(const char *parent, bool semaphore, TimestampTz deadline,
@@ -205,7 +206,6 @@ read_queue(const char *parent, bool semaphore, TimestampTz deadline,
 
 	options.semaphore = semaphore;
 	options.reads = ZKQR_DATA;
-	options.drop_unreadable = true;
 	options.order = true;
 	options.deadline = deadline;
 	status = zkqr_read_queue(q, parent, &options);
@@ -214,9 +214,11 @@ read_queue(const char *parent, bool semaphore, TimestampTz deadline,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("ZooKeeper did not answer within %d ms",
 						zklock_connect_timeout)));
-	/* Every read that failed was left out: only the listing can fail. */
-	if (status == ZKQR_FAILED)
+	if (status == ZKQR_FAILED && q->failed_name == NULL)
 		zks_report_error(q->failed_rc, ZKS_LIST, parent);
+	if (status == ZKQR_FAILED)
+		zks_report_error(q->failed_rc, ZKS_READ,
+						 psprintf("%s/%s", parent, q->failed_name));
 }
 
 /*
@@ -449,50 +451,83 @@ bounds_array(const int *bounds_ms, int n)
 										   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
 
+/* How zk_stat_locks shows a counter. */
+typedef enum StatShown
+{
+	STAT_COUNT,
+	STAT_MS,					/* a time counted in us, shown in ms */
+	STAT_HISTOGRAM				/* the counter and the buckets after it,
+								 * cumulative */
+} StatShown;
+
+typedef struct StatColumn
+{
+	ZkshCounter counter;
+	StatShown	shown;
+	int			ncounters;		/* how many it shows: a histogram's buckets,
+								 * else 1 */
+} StatColumn;
+
+/*
+ * zk_stat_locks's columns after the name, in the order zklock--1.0.sql
+ * declares them.  This one table both sizes the row and fills it, so the
+ * column count checked against the declaration is the count filled in.
+ */
+static const StatColumn stat_columns[] = {
+	{ZKSH_ACQUISITIONS, STAT_COUNT, 1},
+	{ZKSH_WAITS, STAT_COUNT, 1},
+	{ZKSH_WAIT_TIME_US, STAT_MS, 1},
+	{ZKSH_TIMEOUTS, STAT_COUNT, 1},
+	{ZKSH_CANCELLATIONS, STAT_COUNT, 1},
+	{ZKSH_DEADLOCKS, STAT_COUNT, 1},
+	{ZKSH_LOSSES, STAT_COUNT, 1},
+	{ZKSH_WAIT_BUCKET, STAT_HISTOGRAM, ZKSH_WAIT_BUCKETS},
+	{ZKSH_RELEASES, STAT_COUNT, 1},
+	{ZKSH_HOLD_TIME_US, STAT_MS, 1},
+	{ZKSH_HOLD_BUCKET, STAT_HISTOGRAM, ZKSH_HOLD_BUCKETS},
+};
+
+/* The name, then a column per entry of stat_columns. */
+#define STAT_NCOLUMNS	((int) (1 + lengthof(stat_columns)))
+
 /* Server-wide statistics per lock name, in the style of pg_stat_*. */
 Datum
 zk_stat_locks(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	ZkshStats  *stats;
-	int			columns = 1;
-	int			counter;
-	int			nbuckets;
 	int			n;
 	int			i;
 
 	require_shared_memory("zk_stat_locks");
 	InitMaterializedSRF(fcinfo, 0);
-	/* A column per counter, a histogram's buckets making one, and the name. */
-	for (counter = 0; counter < ZKSH_NCOUNTERS; counter += nbuckets)
-	{
-		(void) zksh_shown_as(counter, &nbuckets);
-		columns++;
-	}
-	if (columns != rsinfo->setDesc->natts)
-		elog(ERROR, "zk_stat_locks is declared with %d columns but its counters make %d",
-			 rsinfo->setDesc->natts, columns);
+	if (rsinfo->setDesc->natts != STAT_NCOLUMNS)
+		elog(ERROR, "zk_stat_locks is declared with %d columns but shows %d",
+			 rsinfo->setDesc->natts, STAT_NCOLUMNS);
 	n = zksh_stats(&stats);
 	for (i = 0; i < n; i++)
 	{
 		int64	   *c = stats[i].counters;
-		Datum		values[1 + ZKSH_NCOUNTERS];
-		bool		nulls[1 + ZKSH_NCOUNTERS] = {0};
-		int			column = 0;
+		Datum		values[STAT_NCOLUMNS];
+		bool		nulls[STAT_NCOLUMNS] = {0};
+		int			column;
 
-		values[column++] = zkt_shown_name(stats[i].name);
-		for (counter = 0; counter < ZKSH_NCOUNTERS; counter += nbuckets)
+		values[0] = zkt_shown_name(stats[i].name);
+		for (column = 1; column < STAT_NCOLUMNS; column++)
 		{
-			switch (zksh_shown_as(counter, &nbuckets))
+			const StatColumn *sc = &stat_columns[column - 1];
+
+			switch (sc->shown)
 			{
-				case ZKSH_AS_COUNT:
-					values[column++] = Int64GetDatum(c[counter]);
+				case STAT_COUNT:
+					values[column] = Int64GetDatum(c[sc->counter]);
 					break;
-				case ZKSH_AS_MS:
-					values[column++] = Float8GetDatum(c[counter] / 1000.0);
+				case STAT_MS:
+					values[column] = Float8GetDatum(c[sc->counter] / 1000.0);
 					break;
-				case ZKSH_AS_HISTOGRAM:
-					values[column++] = cumulative_buckets(&c[counter], nbuckets);
+				case STAT_HISTOGRAM:
+					values[column] = cumulative_buckets(&c[sc->counter],
+														sc->ncounters);
 					break;
 			}
 		}
@@ -606,7 +641,7 @@ zk_status(PG_FUNCTION_ARGS)
 	values[8] = Float8GetDatum(zksh_backend_count(ZKSH_WAIT_TIME_US) / 1000.0);
 	values[9] = Int64GetDatum(zksh_backend_count(ZKSH_TIMEOUTS));
 	values[10] = Int64GetDatum(zksh_backend_count(ZKSH_CANCELLATIONS));
-	values[11] = Int64GetDatum(zkh_losses());
+	values[11] = Int64GetDatum(zksh_backend_count(ZKSH_LOSSES));
 	values[12] = Int64GetDatum(zksh_backend_count(ZKSH_DEADLOCKS));
 	values[13] = BoolGetDatum(zks_uses_tls());
 

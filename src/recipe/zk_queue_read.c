@@ -139,9 +139,8 @@ zkqr_parse(ZkqrQueue *q, const char *parent, const ZkRequest *list,
 /*
  * Read every parsed contender's stat, or its data, in one pipeline, all
  * but our own node, whose czxid the caller knows; set each one's czxid.
- * A contender gone meanwhile is left out, and so, with drop_unreadable,
- * is one whose read failed otherwise; else the first such failure is
- * returned.
+ * A contender gone meanwhile is left out: it left the queue.  Any other
+ * failed read leaves the queue unknown, so the first is returned.
  */
 ZkqrStatus
 zkqr_read_contenders(ZkqrQueue *q, const ZkqrOptions *options)
@@ -176,7 +175,7 @@ zkqr_read_contenders(ZkqrQueue *q, const ZkqrOptions *options)
 			q->entries[i].czxid = options->own_czxid;
 		else if (read->rc == ZOK)
 			q->entries[i].czxid = read->stat.czxid;
-		else if (read->rc == ZNONODE || options->drop_unreadable)
+		else if (read->rc == ZNONODE)
 		{
 			zks_release_request(read);
 			continue;

@@ -40,8 +40,6 @@ typedef struct ZkqrOptions
 	int64		own_czxid;
 
 	bool		skip_deleting;	/* leave out nodes this session is deleting */
-	bool		drop_unreadable;	/* leave out contenders whose read failed,
-									 * not only those gone */
 	bool		order;			/* fill in ZkqrQueue.order and .holds */
 	TimestampTz deadline;		/* for every reply; 0: none */
 	bool		stop_on_watch;	/* stop once the watch of generation fires */

@@ -585,11 +585,7 @@ count_locked(StatEntry *entry, const ZkshCounter *counters,
 	LWLockRelease(state->lock);
 }
 
-/*
- * This backend's counters, for zk_status().  It shows all but the losses,
- * which it takes from the hold table: that counts each mode lost, these
- * count each lock.
- */
+/* This backend's counters, for zk_status(). */
 static int64 backend_counts[ZKSH_NCOUNTERS];
 
 int64
@@ -609,30 +605,6 @@ zksh_count(const char *parent, bool semaphore, ZkshCounter counter,
 	backend_counts[counter] += amount;
 	if (!semaphore)
 		count_shared(parent, &counter, &amount, 1);
-}
-
-/*
- * How zk_stat_locks shows a counter, and how many counters its column
- * takes: a histogram's buckets make one.
- */
-ZkshShown
-zksh_shown_as(ZkshCounter counter, int *nbuckets)
-{
-	*nbuckets = 1;
-	switch (counter)
-	{
-		case ZKSH_WAIT_TIME_US:
-		case ZKSH_HOLD_TIME_US:
-			return ZKSH_AS_MS;
-		case ZKSH_WAIT_BUCKET:
-			*nbuckets = ZKSH_WAIT_BUCKETS;
-			return ZKSH_AS_HISTOGRAM;
-		case ZKSH_HOLD_BUCKET:
-			*nbuckets = ZKSH_HOLD_BUCKETS;
-			return ZKSH_AS_HISTOGRAM;
-		default:
-			return ZKSH_AS_COUNT;
-	}
 }
 
 const int	zksh_wait_bounds_ms[ZKSH_WAIT_BUCKETS] = {

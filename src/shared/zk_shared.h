@@ -68,10 +68,10 @@ extern const int zksh_wait_bounds_ms[ZKSH_WAIT_BUCKETS];
 extern const int zksh_hold_bounds_ms[ZKSH_HOLD_BUCKETS];
 
 /*
- * The counters, per lock and per backend, in the order of zk_stat_locks's
- * columns (zklock--1.0.sql), where a histogram's buckets are one column.
- * Adding one: a member here, zksh_count where it happens, its column
- * there, and in zksh_shown_as if it is not a plain count.
+ * The counters, per lock and per backend.  A histogram's buckets are
+ * consecutive members.  Adding one: a member here, zksh_count where it
+ * happens, and its column in zklock--1.0.sql and in zk_observe.c's
+ * stat_columns, which says how zk_stat_locks shows it.
  */
 typedef enum ZkshCounter
 {
@@ -88,14 +88,6 @@ typedef enum ZkshCounter
 	ZKSH_HOLD_BUCKET,			/* the first of ZKSH_HOLD_BUCKETS */
 	ZKSH_NCOUNTERS = ZKSH_HOLD_BUCKET + ZKSH_HOLD_BUCKETS
 } ZkshCounter;
-
-/* How zk_stat_locks shows a counter's column. */
-typedef enum ZkshShown
-{
-	ZKSH_AS_COUNT,
-	ZKSH_AS_MS,					/* a time counted in us, shown in ms */
-	ZKSH_AS_HISTOGRAM			/* this and the next buckets, cumulative */
-} ZkshShown;
 
 /* Per-lock statistics, as shown by zk_stat_locks. */
 typedef struct ZkshStats
@@ -127,7 +119,6 @@ extern void zksh_count(const char *parent, bool semaphore, ZkshCounter counter,
 					   int64 amount);
 extern void zksh_count_wait(const char *parent, bool semaphore, int64 wait_us);
 extern int64 zksh_backend_count(ZkshCounter counter);
-extern ZkshShown zksh_shown_as(ZkshCounter counter, int *nbuckets);
 
 extern int	zksh_holds(ZkshHold **holds);
 extern int	zksh_waits(ZkshWait **waits);

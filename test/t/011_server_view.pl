@@ -226,6 +226,73 @@ ok(wait_until('the exited backend\'s rows to go',
 	$_->quit for ($x, @s);
 }
 
+# --- a contender that cannot be read; one gone while the queue is read -------
+#
+# Another client's contender whose ACL denies zklock reading it: the views
+# cannot know the queue without it, so they fail rather than leave it out.
+# A contender deleted between the listing and its read has left the queue,
+# and is left out.
+{
+	my $parent = "$root/view_unreadable";
+	my $o = zk_session($east);
+	my $w = zk_session($east);
+	run_sql($o, "SELECT zk_lock('view_unreadable')");
+	send_query($w, "SELECT 'w granted' FROM zk_lock('view_unreadable');");
+	ok(wait_for_zk_wait($east, $w->{zk_pid}), 'unreadable: a zklock waiter');
+	ok(wait_until('the waiter to show its node',
+			sub { query($east, "SELECT count(*) FROM zk_locks WHERE pid = $w->{zk_pid} AND node IS NOT NULL") eq '1' }),
+		'unreadable: the waiter shows its node');
+	# Behind the waiter, which therefore never watches it: zklock cannot
+	# watch what it may not read either.
+	my $hidden = '0123456789abcdef0123456789abcdef__lock__0000000002';
+	{
+		local $ENV{ZKINSPECT_AUTH} = 'owner:owner-pw';
+		ZkTest::zkinspect('create', "$parent/$hidden", 'another client');
+		ZkTest::zkinspect('set-acl', "$parent/$hidden");
+	}
+	my $hidden_path = "$parent/$hidden";
+	my $unreadable = qr/ERROR:  42501: could not read ZooKeeper node "\Q$hidden_path\E": not authenticated/;
+	for my $call ("zk_lock_contenders('view_unreadable')", "zk_blockers($w->{zk_pid})")
+	{
+		my ($rc, $stdout, $stderr) = $east->psql('postgres',
+			"\\set VERBOSITY verbose\nSELECT count(*) FROM $call");
+		like($stderr, $unreadable, "unreadable: $call fails, naming the node");
+	}
+	{
+		local $ENV{ZKINSPECT_AUTH} = 'owner:owner-pw';
+		ZkTest::zkinspect('delete', "$parent/$hidden");
+	}
+	is(query($east, "SELECT string_agg(client || ':' || holds, ',' ORDER BY queue_position) FROM zk_lock_contenders('view_unreadable')"),
+		'zklock:true,zklock:false', 'unreadable: once it is gone, the queue is shown');
+	run_sql($o, "SELECT zk_unlock('view_unreadable')");
+	ok(await_output($w, qr/w granted/), 'unreadable: the waiter is granted');
+	run_sql($w, "SELECT zk_unlock('view_unreadable')");
+
+	# The reads that follow the listing are held back at a proxy while a
+	# contender is deleted.  Timeouts long enough for a loaded machine: the
+	# session must not give up on a held read.
+	my ($proxy, $proxy_port, $control) = start_proxy();
+	my $gone = 'fedcba9876543210fedcba9876543210__lock__0000000009';
+	run_sql($o, "SELECT zk_lock('view_unreadable')");
+	ZkTest::zkinspect('create', "$parent/$gone", 'another client');
+	sleep 1;
+	my $r = zk_session($east);
+	run_sql($r, "SET zklock.hosts = '127.0.0.1:$proxy_port'; SET zklock.session_timeout = '45s'; SET zklock.connect_timeout = '60s'");
+	is((run_sql($r, "SELECT string_agg(client, ',' ORDER BY queue_position) FROM zk_lock_contenders('view_unreadable')"))[0],
+		'zklock,kazoo', 'gone: both contenders are shown at first');
+	PostgreSQL::Test::Utils::append_to_file("$control/hold-reads", '');
+	send_query($r, "SELECT string_agg(client, ',' ORDER BY queue_position) FROM zk_lock_contenders('view_unreadable');");
+	ok(wait_until('a read to be held', sub { proxy_fired($control, 'hold-reads') >= 1 }),
+		'gone: the reads after the listing are held back');
+	ZkTest::zkinspect('delete', "$parent/$gone");
+	unlink "$control/hold-reads";
+	ok(await_output($r, qr/^zklock$/m),
+		'gone: a contender deleted between the listing and its read is left out, with no error');
+	run_sql($o, "SELECT zk_unlock('view_unreadable')");
+	$_->quit for ($o, $w, $r);
+	$proxy->kill_kill;
+}
+
 # --- every backend's session ----------------------------------------------------
 {
 	$east->safe_psql('postgres', q{

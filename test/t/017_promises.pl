@@ -65,13 +65,17 @@ sub expire
 	run_sql($h, 'ROLLBACK');
 	is(stat_of($east, 'st_dl_b', 'deadlocks'), '1', 'statistics: the deadlock counted on its lock');
 
-	# A hold lost with its session.
-	run_sql($h, "SELECT zk_lock('st_lost')");
+	# Holds lost with their session: one name held in both modes is two
+	# holds, and zk_stat_locks and zk_status count them alike.
+	run_sql($h, "SELECT zk_lock('st_lost'), zk_lock_shared('st_lost')");
 	expire($h);
 	ok(zk_wait_contenders("$root/st_lost", 0), 'statistics: a session expires under a hold');
 	($out, $err) = run_sql($h, "SELECT zk_unlock('st_lost')");
 	like($err, qr/was lost/, 'statistics: the loss is reported');
-	is(stat_of($east, 'st_lost', 'losses'), '1', 'statistics: and counted');
+	is(stat_of($east, 'st_lost', 'losses'), '2', 'statistics: and counted, a hold per mode');
+	($out) = run_sql($h, 'SELECT losses FROM zk_status()');
+	is($out, '2', 'statistics: zk_status counts the same holds');
+	run_sql($h, "SELECT zk_unlock_shared('st_lost')");
 	no_node_left($root, 'statistics');
 	$_->quit for ($h, $w);
 }

@@ -25,12 +25,17 @@ and, on the next watch notification the server sends:
                        client hears of the change only from the server it
                        reconnects to
 
-and one fault stays armed while its file exists:
+and faults that stay armed while their file exists:
 
   blackhole            forward nothing in either direction, on open
                        connections and new ones alike, as a cut cable
                        would: the client hears nothing and the server
                        nothing, but no connection is closed
+  hold-reads           hold back a node read (getData), and whatever the
+                       client sends after it, until the file is removed:
+                       the test can change the tree between a listing
+                       and the reads that follow it ("fired" once per
+                       read held)
 
 The proxy writes the wall-clock time (seconds since the epoch) at which it
 last passed a frame from the server to a client to CONTROL_DIR/last-reply.
@@ -46,6 +51,7 @@ import threading
 import time
 
 CREATE_OPS = {1, 15, 19, 21}  # create, create2, createContainer, createTTL
+GET_DATA_OP = 4
 NOTIFICATION_XID = -1
 
 
@@ -118,6 +124,9 @@ class Connection:
                 pass
             s.close()
 
+    def hold_reads(self):
+        return os.path.exists(os.path.join(self.control, "hold-reads"))
+
     def client_to_server(self):
         try:
             self.server.sendall(frame(read_frame(self.client)))  # connect
@@ -137,6 +146,10 @@ class Connection:
                     if op in CREATE_OPS and b"%waits/" in path:
                         if take_fault(self.control, "drop-wait-create-reply"):
                             self.drop = (xid, "drop-wait-create-reply")
+                    if op == GET_DATA_OP and self.hold_reads():
+                        record_fired(self.control, "hold-reads")
+                        while self.hold_reads() and not self.closed.is_set():
+                            time.sleep(0.05)
                 self.server.sendall(frame(body))
         except (EOFError, OSError):
             self.close()
