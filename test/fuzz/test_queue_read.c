@@ -389,7 +389,6 @@ view_options(void)
 	ZkqrOptions options = {0};
 
 	options.reads = ZKQR_DATA;
-	options.drop_unreadable = true;
 	options.order = true;
 	return options;
 }
@@ -523,30 +522,29 @@ test_clients(void)
 	finish(&q, NULL, "readers");
 
 	/*
-	 * A view reads every contender's data; one gone since the listing, or
-	 * whose read failed, is left out, and zkqr_find no longer finds it.
+	 * A view reads every contender's data; one gone since the listing is
+	 * left out, and zkqr_find no longer finds it.
 	 */
 	serve((const char *const[]) {
 		KZ "__lock__0000000002 20", ZK "read-lock-0000000004 40 gone",
-		CUR "lock-0000000001 10", CUR "__READ__0000000003 30 failed",
+		CUR "lock-0000000001 10", CUR "__READ__0000000003 30 gone",
 		KZ "__rlock__0000000005 50", NULL});
 	options = view_options();
 	CHECK(read_queue(&q, &options) == ZKQR_DONE, "view: read");
 	CHECK(q.by_czxid && reads_sent() == 5, "view: every contender read");
-	CHECK(q.n == 3, "view: the gone and the unreadable left out");
+	CHECK(q.n == 3, "view: the gone left out");
 	expect_queue(&q, (const char *const[]) {
 		CUR "lock-", KZ "__lock__", KZ "__rlock__"}, "hww", "view: by czxid");
 	CHECK(zkqr_find(&q, ZK "read-lock-0000000004") == -1,
 		  "view: zkqr_find: a node gone since the listing is not there");
 	CHECK(zkqr_find(&q, CUR "__READ__0000000003") == -1,
-		  "view: zkqr_find: a node whose read failed is not there");
+		  "view: zkqr_find: nor is another gone");
 	CHECK(zkqr_find(&q, KZ "__rlock__0000000005") == 2 &&
 		  q.reads[2]->stat.czxid == 50 && q.entries[2].czxid == 50,
 		  "view: zkqr_find: moved up past the left out, with its own read");
 	finish(&q, NULL, "view");
 
-	/* Without drop_unreadable, the first failed read is the answer. */
-	options.drop_unreadable = false;
+	/* Any other failed read leaves the queue unknown: the first is named. */
 	serve((const char *const[]) {
 		KZ "__lock__0000000002 20", ZK "read-lock-0000000004 40 gone",
 		CUR "lock-0000000001 10 failed", CUR "__READ__0000000003 30 failed",
