@@ -46,10 +46,10 @@
 #include "base/zk_text.h"
 #include "holds/zk_guard.h"
 #include "holds/zk_holds.h"
+#include "interface/zk_args.h"
 #include "recipe/zk_deadlock.h"
 #include "session/zk_session.h"
 #include "shared/zk_shared.h"
-#include "interface/zk_args.h"
 
 PG_MODULE_MAGIC;
 

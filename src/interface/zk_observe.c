@@ -27,11 +27,11 @@
 #include "base/zk_layout.h"
 #include "base/zk_text.h"
 #include "holds/zk_holds.h"
+#include "interface/zk_args.h"
 #include "recipe/zk_deadlock.h"
 #include "recipe/zk_queue_read.h"
 #include "session/zk_session.h"
 #include "shared/zk_shared.h"
-#include "interface/zk_args.h"
 
 PG_FUNCTION_INFO_V1(zk_locks);
 PG_FUNCTION_INFO_V1(zk_lock_contenders);
