@@ -234,10 +234,7 @@ sub nodes_left
 	is(nodes_left('expire_x'), 1, 'and is not re-queued');
 	# After "disappeared", the backend learns of the expiry a moment later,
 	# from the library; a lock call before then finds the session expired.
-	ok(wait_until('the waiter to know its session ended', sub {
-		$east->safe_psql('postgres',
-			"SELECT state IN ('lost', 'closed') FROM zk_sessions WHERE pid = $q->{zk_pid}") eq 't';
-	}), 'the waiter knows its session ended');
+	ok(wait_for_session_lost($east, $q->{zk_pid}), 'the waiter knows its session ended');
 	($out) = run_sql($q, "SELECT zk_try_lock('warm_up'), zk_unlock('warm_up')");
 	is($out, 't|t', 'the backend opens a new session');
 	run_sql($w, "SELECT zk_unlock('expire_x')");
