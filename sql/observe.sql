@@ -49,6 +49,15 @@ SELECT zk_unlock('queue'), zk_unlock_shared('queue');
 SELECT * FROM dblink_get_result('other') AS t(r text);
 SELECT * FROM dblink_get_result('other') AS t(r text);
 SELECT other_query($$SELECT zk_unlock('queue')::text$$);
+-- The other backend's release is confirmed by the server it is connected
+-- to; this backend may read from another, which applies it a moment later.
+DO $$
+BEGIN
+  FOR i IN 1..200 LOOP
+    EXIT WHEN (SELECT count(*) FROM zk_lock_contenders('queue')) = 0;
+    PERFORM pg_sleep(0.05);
+  END LOOP;
+END $$;
 SELECT count(*) AS contenders_left FROM zk_lock_contenders('queue');
 SELECT count(*) AS no_such_lock FROM zk_lock_contenders('never_used');
 

@@ -64,6 +64,14 @@ static int	client_log_lines = 0;
 static int	client_log_suppressed = 0;
 static int	client_log_dropped = 0;
 
+/*
+ * Whether anything waits to be logged, queued or counted: read without the
+ * mutex, so that the backend's checks (at every lock call and the end of
+ * every transaction, zklock's or not) cost one load while the library is
+ * quiet.  Written under the mutex, with set_pending_locked.
+ */
+static int	log_pending = 0;
+
 /* A ring of queued lines: queued_lines of them from first_line on. */
 static ClientLogLine queue[CLIENT_LOG_SLOTS];
 static int	first_line = 0;
@@ -127,6 +135,15 @@ copy_line(char *slot, const char *message)
 	strcpy(slot + len, "...");
 }
 
+static void
+set_pending_locked(void)
+{
+	__atomic_store_n(&log_pending,
+					 queued_lines > 0 || client_log_suppressed > 0 ||
+					 client_log_dropped > 0,
+					 __ATOMIC_RELEASE);
+}
+
 /* Queue a message, or count it dropped if the queue is full. */
 static void
 queue_line_locked(const char *message)
@@ -171,6 +188,7 @@ zkcl_log(const char *message)
 	}
 	else
 		client_log_suppressed++;
+	set_pending_locked();
 	pthread_mutex_unlock(&client_log_mutex);
 }
 
@@ -206,6 +224,7 @@ take_line(ClientLogLine *line, bool at_exit)
 		}
 		found = line->suppressed_before > 0 || line->dropped_before > 0;
 	}
+	set_pending_locked();
 	pthread_mutex_unlock(&client_log_mutex);
 	return found;
 }
@@ -257,6 +276,9 @@ log_queued(bool at_exit)
 {
 	ClientLogLine line;
 	int			i;
+
+	if (!__atomic_load_n(&log_pending, __ATOMIC_ACQUIRE))
+		return;
 
 	/*
 	 * ereport below ERROR checks for interrupts when done; the waits that

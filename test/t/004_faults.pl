@@ -232,6 +232,9 @@ sub nodes_left
 			qr/ERROR:  zklock (lost its ZooKeeper session|lock node "[^"]+" disappeared while waiting)/),
 		'a waiter whose session expires gets an ERROR');
 	is(nodes_left('expire_x'), 1, 'and is not re-queued');
+	# After "disappeared", the backend learns of the expiry a moment later,
+	# from the library; a lock call before then finds the session expired.
+	ok(wait_for_session_lost($east, $q->{zk_pid}), 'the waiter knows its session ended');
 	($out) = run_sql($q, "SELECT zk_try_lock('warm_up'), zk_unlock('warm_up')");
 	is($out, 't|t', 'the backend opens a new session');
 	run_sql($w, "SELECT zk_unlock('expire_x')");

@@ -207,10 +207,13 @@ for my $node ($east, $west)
 		$distinct - 2,
 		"$mode{$node->name} mode: the cluster ran the job in every tick");
 	is( $node->safe_psql('postgres', qq{
-			SELECT string_agg(DISTINCT status || ': ' || coalesce(return_message, '<none>'), ', ')
+			-- A run that started before the stop may still see tick_stop,
+			-- and return no row: its message is not compared.
+			SELECT string_agg(DISTINCT status || CASE WHEN status = 'succeeded' THEN ''
+			                  ELSE ': ' || coalesce(return_message, '') END, ', ')
 			FROM cron.job_run_details WHERE jobid = $tick_job{$node->name}
 			  AND start_time < '$stopped_at{$node->name}'}),
-		$node == $east ? 'succeeded: 1 row' : 'succeeded: SELECT 1',
+		'succeeded',
 		"$mode{$node->name} mode: every run, skipped or not, succeeded");
 }
 unlike(slurp_file($store->logfile), qr/LOG:  t022: two runs work at once/,

@@ -322,15 +322,17 @@ sub wait_for_zk_wait
 		});
 }
 
-# Wait until the backend with this pid knows that its ZooKeeper session is
-# lost (zk_sessions, with zklock preloaded): a COMMIT sent before it knows
-# may still find the session confirmed by its last contact with a server.
+# Wait until the backend with this pid knows that its ZooKeeper session
+# ended (zk_sessions, with zklock preloaded, shows it lost, or closed once
+# the backend dealt with the loss): a COMMIT sent before it knows may still
+# find the session confirmed by its last contact with a server, and a lock
+# call may still send requests on it.
 sub wait_for_session_lost
 {
 	my ($node, $pid) = @_;
-	return wait_until("backend $pid to know its session lost", sub {
-		$node->safe_psql('postgres', "SELECT state FROM zk_sessions WHERE pid = $pid")
-		  eq 'lost';
+	return wait_until("backend $pid to know its session ended", sub {
+		$node->safe_psql('postgres',
+			"SELECT state IN ('lost', 'closed') FROM zk_sessions WHERE pid = $pid") eq 't';
 	});
 }
 

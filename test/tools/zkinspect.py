@@ -40,12 +40,39 @@ import os
 import sys
 import time
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NoNodeError, NodeExistsError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import make_acl, make_digest_acl
 
 CONNECT_TIMEOUT_S = 10.0
+
+
+def expire(hosts, credentials):
+    """Join the session and close it, then join again until the server says
+    it has expired: a close lost with its connection (the owner's client
+    taking the session back meanwhile) leaves the session alive."""
+    session, password = credentials.split(":")
+    client_id = (int(session, 16), bytes.fromhex(password))
+    deadline = time.time() + 2 * CONNECT_TIMEOUT_S
+    joined_once = False
+    while time.time() < deadline:
+        lost = []
+        zk = KazooClient(hosts=hosts, timeout=CONNECT_TIMEOUT_S,
+                         client_id=client_id)
+        zk.add_listener(lambda state: lost.append(state)
+                        if state == KazooState.LOST else None)
+        try:
+            zk.start(timeout=3.0)
+            joined_once = True
+        except KazooTimeoutError:
+            pass
+        zk.stop()
+        zk.close()
+        if lost:
+            return
+    fail("session %s %s" % (session, "did not expire" if joined_once
+                                     else "could not be joined"), 2)
 
 
 def usage():
@@ -119,15 +146,7 @@ def main(argv):
             usage()
 
     if cmd == "expire":
-        session, password = path.split(":")
-        zk = KazooClient(hosts=hosts, timeout=CONNECT_TIMEOUT_S,
-                         client_id=(int(session, 16), bytes.fromhex(password)))
-        try:
-            zk.start(timeout=CONNECT_TIMEOUT_S)
-        except KazooTimeoutError:
-            fail("could not join session %s" % session, 2)
-        zk.stop()
-        zk.close()
+        expire(hosts, path)
         return
 
     zk = connect(hosts)
