@@ -99,6 +99,7 @@ _PG_init(void)
 	define_settings();
 	zka_define_settings();
 	zks_define_settings();
+	zks_define_budget_settings();
 	zkh_define_settings();
 	zkd_define_settings();
 	zksh_define_settings();

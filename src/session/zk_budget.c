@@ -49,7 +49,7 @@ static int	zklock_max_session_path_bytes;
 #define BUDGET_SETTLE_MS	2000
 
 void
-zkb_define_settings(void)
+zks_define_budget_settings(void)
 {
 	DefineCustomIntVariable("zklock.max_session_nodes",
 							"Sets how many lock nodes, held or waiting, one backend's ZooKeeper session may have.",

@@ -48,12 +48,6 @@ static bool watched_deleted = false;
 
 /* Completion callbacks: copy the result out, then mark the request done. */
 
-/* For the credentials (zk_settings.c): a rejection comes as a session event. */
-void
-zkrq_auth_done(int rc, const void *data)
-{
-}
-
 static void
 request_free_contents(ZkRequest *req)
 {
@@ -371,16 +365,17 @@ zks_get_acl(const char *path)
 						  ZKS_READ, path);
 }
 
-/* Read a node and leave a watch; see zks_session_watcher (zk_session.c). */
+/*
+ * Read a node and leave a watch.  The watch goes to the handle's own
+ * watcher, with the context the handle was made with: its generation (see
+ * zks_session_watcher, zk_session.c).
+ */
 ZkRequest *
 zks_watch_data(const char *path)
 {
 	ZkRequest  *req = request_new(false);
 
-	return request_queued(req,
-						  zoo_awget(zks_zh, path, zks_session_watcher,
-									zks_generation_context(zks_link.generation),
-									data_done, req),
+	return request_queued(req, zoo_aget(zks_zh, path, 1, data_done, req),
 						  ZKS_WATCH, path);
 }
 

@@ -657,7 +657,16 @@ zks_open(void)
 		open_handle(deadline);
 		zkset_remember_opened();
 		session_id = 0;
-		zkset_authenticate();
+		PG_TRY();
+		{
+			zkset_authenticate();
+		}
+		PG_CATCH();
+		{
+			zks_close();
+			PG_RE_THROW();
+		}
+		PG_END_TRY();
 	}
 
 	if (!zks_await_connected(deadline))

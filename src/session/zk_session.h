@@ -145,14 +145,15 @@ extern const char *zks_loss_reason(void);
 
 /* zk_settings.c */
 extern void zks_define_settings(void);
-
-/* zk_client_log.c: the library's messages, logged by the backend */
-extern void zks_log_client_messages(void);
 extern bool zks_settings_changed(void);
 extern bool zks_has_credentials(void);
 extern uint64 zks_identity_generation(void);
 
+/* zk_client_log.c: the library's messages, logged by the backend */
+extern void zks_log_client_messages(void);
+
 /* zk_budget.c: the nodes a session may have */
+extern void zks_define_budget_settings(void);
 extern void zks_check_node_budget(const char *prefix);
 
 /* zk_janitor.c: deleting the nodes given up */

@@ -95,7 +95,6 @@ extern void zkrq_send_claimed(zhandle_t *handle, PendingListing *claimed,
 extern ZkRequest *zkrq_sync(const char *path);
 extern bool zkrq_refused_outright(int rc);
 extern int	zkrq_send_sync(zhandle_t *handle, const char *path);
-extern void zkrq_auth_done(int rc, const void *data);	/* for the credentials */
 
 /* zk_wait.c */
 extern void zkw_wake_backend(void);
@@ -160,8 +159,5 @@ extern bool zkj_refusal_locked(char *buf, size_t size);
 extern void zkj_forget_refusal_locked(void);
 extern void zkj_footprint(int *nodes, int64 *path_bytes);
 extern bool zkj_deleting_any_locked(void);
-
-/* zk_budget.c */
-extern void zkb_define_settings(void);
 
 #endif							/* ZK_SESSION_INT_H */

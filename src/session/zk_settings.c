@@ -336,7 +336,6 @@ zks_define_settings(void)
 							PGC_SUSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
-	zkb_define_settings();
 }
 
 static const char *
@@ -482,10 +481,20 @@ zkset_tls_argument(void)
 }
 
 /*
+ * The credentials' completion, on the library's completion thread: it does
+ * nothing, as a rejection comes as a session event (zk_session.c).
+ */
+static void
+auth_sent(int rc, const void *data)
+{
+}
+
+/*
  * Add the digest credentials, from zklock.auth_file or zklock.auth, to the
  * new session; the library sends them on every (re)connect.  Choose the
  * ACL for our nodes to match.  The password goes nowhere else: not into
  * messages, logs or node data, and our copy is wiped once handed over.
+ * On an ERROR the caller closes the session.
  */
 void
 zkset_authenticate(void)
@@ -494,13 +503,10 @@ zkset_authenticate(void)
 	int			rc;
 
 	if (opened.auth[0] != '\0' && opened.auth_file[0] != '\0')
-	{
-		zks_close();
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("zklock.auth and zklock.auth_file are both set"),
 				 errhint("Set only one of them, preferably zklock.auth_file.")));
-	}
 	if (opened.auth[0] == '\0' && opened.auth_file[0] == '\0')
 	{
 		zks_node_acl = ZOO_OPEN_ACL_UNSAFE;
@@ -514,29 +520,17 @@ zkset_authenticate(void)
 	zks_node_acl.data = creator_acl_entries;
 	zks_node_acl.count = opened.world_readable ? 2 : 1;
 
-	PG_TRY();
-	{
-		credentials = opened.auth[0] != '\0' ? pstrdup(opened.auth) :
-			read_auth_file(opened.auth_file);
-	}
-	PG_CATCH();
-	{
-		zks_close();
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
+	credentials = opened.auth[0] != '\0' ? pstrdup(opened.auth) :
+		read_auth_file(opened.auth_file);
 	note_identity(credentials);
 	rc = zoo_add_auth(zks_zh, "digest", credentials, strlen(credentials),
-					  zkrq_auth_done, NULL);
+					  auth_sent, NULL);
 	explicit_bzero(credentials, strlen(credentials));
 	pfree(credentials);
 	if (rc != ZOK)
-	{
-		zks_close();
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION),
 				 errmsg("could not add the zklock credentials to the ZooKeeper session")));
-	}
 }
 
 /* zklock.hosts as set, "" when it is not. */
