@@ -208,7 +208,7 @@ janitor_finish(JanitorTask *task, int rc)
 		return;
 	}
 	if (!task->sweep)
-		zkwd_note_heard_locked(&task->sent_at, true, rc);
+		zkct_note_heard_locked(&task->sent_at, true, rc);
 	task->in_flight = false;
 	if (task->orphaned)
 		janitor_free(task);
@@ -231,9 +231,9 @@ janitor_finish(JanitorTask *task, int rc)
 		janitor_unlink_locked(task);
 	}
 	/* A parked session waits for its deletes before it is closed. */
-	zkwd_wake_locked();
+	zkln_wake_watchdog_locked();
 	pthread_mutex_unlock(&zks_mutex);
-	zkw_wake_backend();
+	zkln_wake_backend();
 }
 
 static void
@@ -507,7 +507,7 @@ zks_keep_node(const char *path)
 	pthread_mutex_lock(&zks_mutex);
 	janitor_push_locked(task);
 	if (zks_test_lose_after_grants > 0 && --zks_test_lose_after_grants == 0)
-		zkwd_declare_lost_locked();
+		zkct_declare_lost_locked();
 	pthread_mutex_unlock(&zks_mutex);
 }
 

@@ -7,10 +7,10 @@
  *	  session's watcher sends a waiter's next listing itself.
  *
  * A request is malloc'd, filled in by its completion and marked done under
- * zks_mutex, and handed back to the backend by zkw_wake_backend
+ * zks_mutex, and handed back to the backend by zkln_wake_backend
  * (zk_wait.c).  A backend that stops waiting for one marks it abandoned,
  * and its completion frees it; every answer the server gives moves the
- * contact clock (zkwd_note_heard_locked, zk_watchdog.c).
+ * contact clock (zkct_note_heard_locked, zk_contact.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -109,7 +109,7 @@ request_finish(ZkRequest *req, int rc)
 			request_free(req);
 		return;
 	}
-	zkwd_note_heard_locked(&req->sent_at, req->via_leader, rc);
+	zkct_note_heard_locked(&req->sent_at, req->via_leader, rc);
 	req->rc = rc;
 	req->done = true;
 	abandoned = req->abandoned;
@@ -118,7 +118,7 @@ request_finish(ZkRequest *req, int rc)
 	if (abandoned)
 		request_free(req);
 	else
-		zkw_wake_backend();
+		zkln_wake_backend();
 }
 
 static void
@@ -448,7 +448,7 @@ send_claimed_listing(zhandle_t *handle, PendingListing *claimed)
 			claimed->listing->done = true;
 		}
 		pthread_mutex_unlock(&zks_mutex);
-		zkw_wake_backend();
+		zkln_wake_backend();
 	}
 	pending_listing_free(claimed);
 }

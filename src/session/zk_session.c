@@ -1,10 +1,11 @@
 /*-------------------------------------------------------------------------
  *
  * zk_session.c
- *	  The backend's ZooKeeper session: opening and closing its handle, the
- *	  library's events about it, and the state they add up to.  The rest of
- *	  the session is in the files zk_session_int.h lists: requests, waits,
- *	  the watchdog, the janitor, the settings and the library's log.
+ *	  The backend's ZooKeeper session: opening and closing its handle, and
+ *	  the library's events about it.  The rest of the session is in the
+ *	  files zk_session_int.h lists, which this one calls: the state, the
+ *	  requests, waits, the watchdog, the janitor, the settings, the
+ *	  library's log, the contact clock and the link they all share.
  *
  * libzookeeper_mt runs an I/O thread and a completion thread.  Watchers and
  * completions run on the completion thread, where nothing of PostgreSQL may
@@ -28,14 +29,7 @@
  *
  * A session that holds nothing is closed after zklock.idle_session_timeout,
  * so that the connections a host has on the ensemble follow the backends
- * that lock, not every backend that ever locked.  The backend parks the
- * session when a transaction ends with no lock node of its own in use
- * (zks_set_idle), and takes it back before it next sends anything
- * (unpark).  While it is parked the backend only reads its state, and
- * the watchdog, the one thread that is awake then, closes the handle once
- * the idle time has passed (zks_close_idle_locked).  The backend then finds
- * it closed (absorb_idle_close), as if it had closed it itself, and its
- * next lock opens a new session, as the first one did.
+ * that lock, not every backend that ever locked (zk_session_state.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -51,46 +45,10 @@
 #include "session/zk_session.h"
 #include "session/zk_session_int.h"
 
-/*
- * State shared with the library's threads.  Everything below is protected by
- * zks_mutex; the backend alone writes zks_zh.
- */
-pthread_mutex_t zks_mutex = PTHREAD_MUTEX_INITIALIZER;
-zhandle_t  *zks_zh = NULL;
-ZksLink		zks_link;
-
 /* Handles being closed on a thread of their own (zks_close); zks_mutex. */
 static int	closers_running = 0;
 static pthread_cond_t closers_done = PTHREAD_COND_INITIALIZER;
 
-/*
- * The idle close.  parked, idle_since and idle_close_ms are written by the
- * backend, under zks_mutex; idle_close by the watchdog as it closes, and
- * by the backend once it has taken notice, under zks_mutex too.  The
- * backend alone writes parked_here, its own copy of parked, and reads it
- * without the mutex: the watchdog closes nothing that is not parked.
- */
-typedef enum IdleClose
-{
-	IDLE_OPEN,					/* not closed for idleness */
-	IDLE_CLOSING,				/* the watchdog is closing the handle */
-	IDLE_CLOSED					/* ... and has closed it */
-} IdleClose;
-
-static bool parked = false;
-static bool parked_here = false;
-static struct timespec idle_since;
-static int	idle_close_ms = 0;
-static IdleClose idle_close = IDLE_OPEN;
-static pthread_cond_t idle_close_done = PTHREAD_COND_INITIALIZER;
-static bool pinned = false;		/* a parked handle is read by the backend */
-
-static void absorb_idle_close(void);
-static void unpark(void);
-static bool pin_handle(void);
-static void unpin_handle(void);
-
-static int64 session_id = 0;
 static bool handle_uses_tls = false;	/* the open handle was made for TLS */
 
 /* How often the library may resolve the host names again. */
@@ -104,7 +62,7 @@ static bool handle_uses_tls = false;	/* the open handle was made for TLS */
  * the node a waiter watches now also sends the waiter's listing (see
  * PendingListing, zk_requests.c).
  */
-void
+static void
 zks_session_watcher(zhandle_t *handle, int type, int state, const char *path,
 					void *context)
 {
@@ -144,7 +102,7 @@ zks_session_watcher(zhandle_t *handle, int type, int state, const char *path,
 			zks_link.ever_connected = true;
 			zks_link.negotiated_timeout = timeout;
 			zks_link.connect_count++;
-			zkwd_note_connected_locked();
+			zkct_note_connected_locked();
 		}
 		else if (state == ZOO_EXPIRED_SESSION_STATE)
 		{
@@ -154,167 +112,16 @@ zks_session_watcher(zhandle_t *handle, int type, int state, const char *path,
 		else if (state == ZOO_AUTH_FAILED_STATE)
 			zks_link.auth_failed = true;
 		else
-			zkwd_note_disconnected_locked();
+			zkct_note_disconnected_locked();
 	}
 	/* After a reconnect a waiter re-checks the queue too. */
 	zks_link.watch_generation++;
-	zkwd_wake_locked();
+	zkln_wake_watchdog_locked();
 	pthread_mutex_unlock(&zks_mutex);
 
 	if (claimed)
 		zkrq_send_claimed(handle, claimed, discard_listing);
-	zkw_wake_backend();
-}
-
-/* The server the session is connected to, or NULL. */
-const char *
-zks_current_server(void)
-{
-	const char *server = NULL;
-
-	if (!pin_handle())
-		return NULL;
-	if (zks_state() == ZKS_CONNECTED)
-		server = zoo_get_current_server(zks_zh);
-	unpin_handle();
-	return server;
-}
-
-int
-zks_negotiated_timeout(void)
-{
-	int			timeout;
-
-	pthread_mutex_lock(&zks_mutex);
-	timeout = zks_link.negotiated_timeout;
-	pthread_mutex_unlock(&zks_mutex);
-	return timeout;
-}
-
-/*
- * Connected: our nodes are there.  Unsure: disconnected, but heard from
- * within the session timeout, so they may be.  Lost: they are gone.
- */
-static ZksState
-state_locked(void)
-{
-	if (zkwd_lost_locked())
-		return ZKS_LOST;
-	if (zks_link.conn_state == ZOO_CONNECTED_STATE)
-		return ZKS_CONNECTED;
-	return ZKS_UNSURE;
-}
-
-ZksState
-zks_state(void)
-{
-	ZksState	state;
-
-	absorb_idle_close();
-	if (zks_zh == NULL)
-		return ZKS_LOST;
-	pthread_mutex_lock(&zks_mutex);
-	state = state_locked();
-	pthread_mutex_unlock(&zks_mutex);
-	return state;
-}
-
-/*
- * The session's state as shown: closed, also while the watchdog closes it
- * for idleness, or open in a ZksState.  Caller holds zks_mutex.
- */
-static uint32
-shown_locked(void)
-{
-	return zks_zh == NULL || idle_close != IDLE_OPEN ? ZKS_SHOWN_CLOSED :
-		ZKS_SHOWN_OPEN + state_locked();
-}
-
-/*
- * Where the session's state is shown to the rest of the server (see
- * zks_show_state_in), or NULL.  Written under the mutex by the backend when
- * it opens or closes the session, and by the watchdog before each sleep:
- * every event of the session wakes it, and so does the moment the session
- * would be lost.
- */
-static pg_atomic_uint32 *shown_state = NULL;
-static pg_atomic_uint32 *shown_since = NULL;
-
-/*
- * Called before the watchdog sleeps, so that what it last decided is shown
- * (a loss it declares wakes nobody else).  The time is read from the
- * system, not from PostgreSQL, and written before the state, so that a
- * reader who reads the state first sees a time no older than it.
- */
-void
-zks_show_state_locked(void)
-{
-	uint32		now_shown;
-
-	if (shown_state == NULL)
-		return;
-	now_shown = shown_locked();
-	if (pg_atomic_read_u32(shown_state) == now_shown)
-		return;
-	pg_atomic_write_u32(shown_since, (uint32) time(NULL));
-	pg_write_barrier();
-	pg_atomic_write_u32(shown_state, now_shown);
-}
-
-/*
- * Show the session's state, from now on, in *state (ZKS_SHOWN_CLOSED, or
- * ZKS_SHOWN_OPEN plus a ZksState) and when it last changed in *since, in
- * seconds since the Unix epoch; NULL stops it, after which no thread
- * writes there.  Both are 32-bit atomics, native (no lock) on the
- * platforms zklock is built for.
- */
-void
-zks_show_state_in(pg_atomic_uint32 *state, pg_atomic_uint32 *since)
-{
-	pthread_mutex_lock(&zks_mutex);
-	shown_state = state;
-	shown_since = since;
-	zks_show_state_locked();
-	pthread_mutex_unlock(&zks_mutex);
-}
-
-/*
- * The session's state as zks_show_state_in shows it (ZKS_SHOWN_CLOSED, or
- * ZKS_SHOWN_OPEN plus a ZksState), read at once, so that a session closed
- * meanwhile shows as closed, not lost.
- */
-uint32
-zks_shown_state(void)
-{
-	uint32		shown;
-
-	absorb_idle_close();
-	pthread_mutex_lock(&zks_mutex);
-	shown = shown_locked();
-	pthread_mutex_unlock(&zks_mutex);
-	return shown;
-}
-
-/* Has this session ended or become unusable, so its locks are gone? */
-bool
-zks_is_lost(void)
-{
-	return zks_is_open() && zks_state() == ZKS_LOST;
-}
-
-/*
- * Changes on every reconnect: our nodes may have been deleted by another
- * client while we could not see.
- */
-uint64
-zks_connection_count(void)
-{
-	uint64		count;
-
-	pthread_mutex_lock(&zks_mutex);
-	count = zks_link.connect_count;
-	pthread_mutex_unlock(&zks_mutex);
-	return count;
+	zkln_wake_backend();
 }
 
 /*
@@ -336,7 +143,7 @@ close_at_exit(int code, Datum arg)
 
 /*
  * What a session needs of the backend, made once: the waits' (zkw_prepare),
- * the watchdog's (zkwd_prepare), and the exit callback.
+ * the watchdog's (zkln_prepare_watchdog), and the exit callback.
  */
 static void
 prepare_backend_resources(void)
@@ -344,7 +151,7 @@ prepare_backend_resources(void)
 	static bool exit_callback_registered = false;
 
 	zkw_prepare();
-	zkwd_prepare();
+	zkln_prepare_watchdog();
 	zkj_prepare();
 	if (!exit_callback_registered)
 	{
@@ -353,38 +160,11 @@ prepare_backend_resources(void)
 	}
 }
 
-bool
-zks_is_open(void)
-{
-	absorb_idle_close();
-	return zks_zh != NULL;
-}
-
-int64
-zks_session_id(void)
-{
-	return session_id;
-}
-
 /* Does the open session speak TLS? */
 bool
 zks_uses_tls(void)
 {
 	return zks_zh != NULL && handle_uses_tls;
-}
-
-/*
- * The session password, for fault tests that expire the session; false if
- * no session is open.
- */
-bool
-zks_session_password(char passwd[16])
-{
-	if (!pin_handle())
-		return false;
-	memcpy(passwd, zoo_client_id(zks_zh)->passwd, 16);
-	unpin_handle();
-	return true;
 }
 
 /*
@@ -465,7 +245,7 @@ opener_main(void *arg)
 	pthread_mutex_unlock(&zks_mutex);
 
 	if (!abandoned)
-		zkw_wake_backend();
+		zkln_wake_backend();
 	else
 	{
 		if (handle != NULL)
@@ -473,25 +253,6 @@ opener_main(void *arg)
 		opener_free(opener);
 	}
 	return NULL;
-}
-
-/* Start a thread with every signal blocked, detached unless thread is given. */
-bool
-zks_start_thread(pthread_t *thread, void *(*main) (void *), void *arg)
-{
-	sigset_t	all_signals;
-	sigset_t	saved_signals;
-	pthread_t	detached;
-	int			rc;
-
-	sigfillset(&all_signals);
-	pthread_sigmask(SIG_SETMASK, &all_signals, &saved_signals);
-	rc = pthread_create(thread ? thread : &detached, NULL, main, arg);
-	if (rc == 0 && thread == NULL)
-		pthread_detach(detached);
-	pthread_sigmask(SIG_SETMASK, &saved_signals, NULL);
-	errno = rc;
-	return rc == 0;
 }
 
 static bool
@@ -597,6 +358,7 @@ open_handle(TimestampTz deadline)
 	zks_link.expired = false;
 	zks_link.auth_failed = false;
 	zks_link.ever_connected = false;
+	zkct_reset_locked();
 	zkwd_reset_locked();
 	zkj_forget_refusal_locked();
 	opener->generation = ++zks_link.generation;
@@ -645,8 +407,7 @@ zks_open(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("zklock.hosts is not set"),
 				 errhint("Set zklock.hosts to the ZooKeeper connect string, for example \"zk1:2181,zk2:2181,zk3:2181\", in postgresql.conf.")));
-	unpark();
-	if (zks_zh != NULL && session_id != 0 && !zks_is_lost())
+	if (zkst_unpark_ready())
 		return;
 
 	prepare_backend_resources();
@@ -656,7 +417,7 @@ zks_open(void)
 	{
 		open_handle(deadline);
 		zkset_remember_opened();
-		session_id = 0;
+		zkst_set_session_id(0);
 		PG_TRY();
 		{
 			zkset_authenticate();
@@ -705,7 +466,7 @@ zks_open(void)
 						hosts, zklock_connect_timeout),
 				 errhint("Check that the ensemble is running and reachable, or raise zklock.connect_timeout.")));
 	}
-	session_id = zoo_client_id(zks_zh)->client_id;
+	zkst_set_session_id(zoo_client_id(zks_zh)->client_id);
 	/* Shown at once, not when the watchdog next sleeps. */
 	pthread_mutex_lock(&zks_mutex);
 	zks_show_state_locked();
@@ -740,9 +501,9 @@ zks_close(void)
 	zhandle_t  *handle;
 
 	/* Unparked first, so that the watchdog cannot start closing it too. */
-	unpark();
+	zkst_unpark();
 	handle = zks_zh;
-	zkwd_stop();
+	zkln_stop_watchdog();
 	if (handle == NULL)
 		return;
 	zks_cancel_listing();
@@ -776,169 +537,5 @@ zks_close(void)
 	}
 	if (handle != NULL)
 		zookeeper_close(handle);
-	session_id = 0;
-}
-
-/*
- * A transaction ended with no lock node of this backend's in use: park the
- * session, so that the watchdog closes it once it has been idle for
- * zklock.idle_session_timeout.  A session parked already keeps the time it
- * was parked.  Never raises an ERROR nor allocates: transaction end calls
- * this.
- */
-void
-zks_set_idle(void)
-{
-	int			timeout = zkset_idle_session_timeout();
-
-	if (parked_here || zks_zh == NULL || timeout <= 0)
-		return;
-	pthread_mutex_lock(&zks_mutex);
-	parked = parked_here = true;
-	clock_gettime(CLOCK_MONOTONIC, &idle_since);
-	idle_close_ms = timeout;
-	zkwd_wake_locked();
-	pthread_mutex_unlock(&zks_mutex);
-}
-
-/*
- * The watchdog closed the parked session: finish the close here, as
- * zks_close would have.  Caller holds zks_mutex, which this releases.
- * Neither raises an ERROR nor allocates, as zks_close may not.
- */
-static void
-forget_idle_closed_locked(void)
-{
-	idle_close = IDLE_OPEN;
-	parked = parked_here = false;
-	zks_zh = NULL;
-	zkj_clear_locked();
-	zks_show_state_locked();
-	pthread_mutex_unlock(&zks_mutex);
-	/* The watchdog has left its loop: this only joins it. */
-	zkwd_stop();
-	session_id = 0;
-}
-
-/*
- * Wait out an idle close under way; if the watchdog closed the handle,
- * finish the close here and return true, with the mutex released.  Caller
- * holds zks_mutex.
- */
-static bool
-idle_closed_locked(void)
-{
-	while (idle_close == IDLE_CLOSING)
-		pthread_cond_wait(&idle_close_done, &zks_mutex);
-	if (idle_close != IDLE_CLOSED)
-		return false;
-	forget_idle_closed_locked();
-	return true;
-}
-
-/*
- * If the watchdog closed the parked session, or is closing it, take notice:
- * wait for it to finish, and find the session closed.  Costs nothing while
- * the session is not parked.
- */
-static void
-absorb_idle_close(void)
-{
-	if (!parked_here)
-		return;
-	pthread_mutex_lock(&zks_mutex);
-	if (!idle_closed_locked())
-		pthread_mutex_unlock(&zks_mutex);
-}
-
-/*
- * The backend is about to use the session: it is no longer idle, and the
- * watchdog leaves it alone until the next transaction ends with nothing
- * held.  A session the watchdog closed first is found closed.
- */
-static void
-unpark(void)
-{
-	if (!parked_here)
-		return;
-	pthread_mutex_lock(&zks_mutex);
-	if (idle_closed_locked())
-		return;
-	parked = parked_here = false;
-	pthread_mutex_unlock(&zks_mutex);
-}
-
-/*
- * Keep the watchdog from closing a parked handle while the backend reads
- * it without using the session (zks_current_server): the session stays
- * parked, and its idle time runs on.  False if there is no handle.
- */
-static bool
-pin_handle(void)
-{
-	if (!parked_here)
-		return zks_zh != NULL;
-	pthread_mutex_lock(&zks_mutex);
-	if (idle_closed_locked())
-		return false;
-	pinned = true;
-	pthread_mutex_unlock(&zks_mutex);
-	return true;
-}
-
-/* The backend alone writes pinned, so it may read it without the mutex. */
-static void
-unpin_handle(void)
-{
-	if (!pinned)
-		return;
-	pthread_mutex_lock(&zks_mutex);
-	pinned = false;
-	zkwd_wake_locked();
-	pthread_mutex_unlock(&zks_mutex);
-}
-
-/*
- * For the watchdog: when the parked session was parked, in *since, and how
- * long after that it is to be closed, in *ms; false if it is not parked, is
- * pinned, or must wait.  A session that may
- * still own nodes given up waits while it is cut off (closing could not
- * reach the server, which would keep them until the session expires) and
- * while the janitor has deletes under way (closing would drop them): a
- * reconnect, or the janitor's last answer, wakes the watchdog.  A session
- * lost, or never made, is closed all the same.  Caller holds zks_mutex.
- */
-bool
-zks_idle_since_locked(struct timespec *since, int *ms)
-{
-	if (!parked || pinned || idle_close != IDLE_OPEN || zks_zh == NULL)
-		return false;
-	if (zks_link.ever_connected && state_locked() != ZKS_LOST &&
-		(zks_link.conn_state != ZOO_CONNECTED_STATE || zkj_deleting_any_locked()))
-		return false;
-	*since = idle_since;
-	*ms = idle_close_ms;
-	return true;
-}
-
-/*
- * For the watchdog, once the idle time has passed: close the parked
- * session's handle.  Its events and completions are ignored from now on,
- * as for any handle closed.  The mutex is released while the library
- * closes; the backend, should it need the session meanwhile, waits for the
- * close to finish (unpark).  Caller holds zks_mutex.
- */
-void
-zks_close_idle_locked(void)
-{
-	zhandle_t  *handle = zks_zh;
-
-	idle_close = IDLE_CLOSING;
-	zks_link.generation++;
-	zks_show_state_locked();
-	pthread_mutex_unlock(&zks_mutex);
-	zookeeper_close(handle);
-	pthread_mutex_lock(&zks_mutex);
-	idle_close = IDLE_CLOSED;
-	pthread_cond_broadcast(&idle_close_done);
+	zkst_set_session_id(0);
 }

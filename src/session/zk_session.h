@@ -1,13 +1,14 @@
 /*-------------------------------------------------------------------------
  *
  * zk_session.h
- *	  The backend's one ZooKeeper session: opening it (zk_session.c),
- *	  sending asynchronous requests (zk_requests.c), waiting for their
- *	  replies and for watches (zk_wait.c), noticing its loss (zk_watchdog.c),
- *	  its settings (zk_settings.c), the janitor that makes sure
- *	  abandoned lock nodes are deleted (zk_janitor.c), the budget of
- *	  nodes it may have (zk_budget.c), and the client library's own
- *	  messages (zk_client_log.c).
+ *	  The backend's one ZooKeeper session: sending asynchronous requests
+ *	  (zk_requests.c), its state and parking it while idle
+ *	  (zk_session_state.c), opening it (zk_session.c), waiting for replies
+ *	  and watches (zk_wait.c), noticing its loss (zk_watchdog.c), its
+ *	  settings (zk_settings.c), the client library's own messages
+ *	  (zk_client_log.c), the budget of nodes it may have (zk_budget.c), and
+ *	  the janitor that makes sure abandoned lock nodes are deleted
+ *	  (zk_janitor.c).  Each section below is made by the file it names.
  *
  *-------------------------------------------------------------------------
  */
@@ -22,6 +23,8 @@
 #include <time.h>
 
 #include <zookeeper/zookeeper.h>
+
+/* zk_requests.c: requests, the watch-then-list handoff, their errors */
 
 /*
  * One asynchronous request.  The completion thread fills in the result and
@@ -47,12 +50,6 @@ typedef struct ZkRequest
 	int			nacl;
 } ZkRequest;
 
-/* For the fault tests only: see zks_keep_node. */
-extern int	zks_test_lose_after_grants;
-
-/* How long a lock call waits for ZooKeeper to answer; see zks_define_settings. */
-extern int	zklock_connect_timeout;
-
 /* What a request was for, to say what failed. */
 typedef enum ZksOperation
 {
@@ -65,37 +62,6 @@ typedef enum ZksOperation
 	ZKS_SET_DATA
 } ZksOperation;
 
-typedef enum ZksState
-{
-	ZKS_CONNECTED,				/* our nodes are there */
-	ZKS_UNSURE,					/* disconnected for less than the timeout */
-	ZKS_LOST					/* expired, or cut off for the timeout */
-} ZksState;
-
-/*
- * The session's state as zks_show_state_in shows it to the rest of the
- * server: ZKS_SHOWN_CLOSED, or ZKS_SHOWN_OPEN plus a ZksState.
- */
-#define ZKS_SHOWN_CLOSED	0
-#define ZKS_SHOWN_OPEN		1
-
-/* zk_session.c: the session's life and state */
-extern void zks_open(void);
-extern void zks_close(void);
-extern void zks_set_idle(void);
-extern bool zks_is_open(void);
-extern ZksState zks_state(void);
-extern bool zks_is_lost(void);
-extern uint32 zks_shown_state(void);
-extern void zks_show_state_in(pg_atomic_uint32 *state, pg_atomic_uint32 *since);
-extern uint64 zks_connection_count(void);
-extern int64 zks_session_id(void);
-extern bool zks_uses_tls(void);
-extern bool zks_session_password(char passwd[16]);
-extern const char *zks_current_server(void);
-extern int	zks_negotiated_timeout(void);
-
-/* zk_requests.c: requests, the watch-then-list handoff, their errors */
 extern ZkRequest *zks_create(const char *path, const char *data, int datalen,
 							 int mode);
 extern ZkRequest *zks_get_children(const char *path);
@@ -125,7 +91,42 @@ zks_is_retryable(int rc)
 	return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT;
 }
 
-/* zk_wait.c: the backend's waits */
+/* zk_session_state.c: the session's state, its id, parking it while idle */
+typedef enum ZksState
+{
+	ZKS_CONNECTED,				/* our nodes are there */
+	ZKS_UNSURE,					/* disconnected for less than the timeout */
+	ZKS_LOST					/* expired, or cut off for the timeout */
+} ZksState;
+
+/*
+ * The session's state as zks_show_state_in shows it to the rest of the
+ * server: ZKS_SHOWN_CLOSED, or ZKS_SHOWN_OPEN plus a ZksState.
+ */
+#define ZKS_SHOWN_CLOSED	0
+#define ZKS_SHOWN_OPEN		1
+
+extern void zks_set_idle(void);
+extern bool zks_is_open(void);
+extern ZksState zks_state(void);
+extern bool zks_is_lost(void);
+extern uint32 zks_shown_state(void);
+extern void zks_show_state_in(pg_atomic_uint32 *state, pg_atomic_uint32 *since);
+extern int64 zks_session_id(void);
+extern bool zks_session_password(char passwd[16]);
+extern const char *zks_current_server(void);
+
+/* zk_session.c: the session's life */
+extern void zks_open(void);
+extern void zks_close(void);
+extern bool zks_uses_tls(void);
+
+/* zk_link.c: what the library's events say of the handle */
+extern uint64 zks_connection_count(void);
+extern int	zks_negotiated_timeout(void);
+
+/* zk_wait.c: the backend's waits, and the leader sync before COMMIT */
+extern bool zks_confirm_contact(void);
 extern bool zks_await(ZkRequest *req, TimestampTz deadline);
 extern uint64 zks_watch_generation(void);
 extern bool zks_await_watch(uint64 generation, TimestampTz deadline);
@@ -133,8 +134,7 @@ extern bool zks_await_connected(TimestampTz deadline);
 extern bool zks_wait_while_unsure(void);
 extern void zks_settle(int timeout_ms);
 
-/* zk_watchdog.c: contact, loss, its cancels, the lease */
-extern bool zks_confirm_contact(void);
+/* zk_watchdog.c: the loss, its cancels, the lease */
 extern void zks_set_cancel_on_loss(bool cancel);
 extern bool zks_set_running(bool running);
 extern bool zks_set_committing(bool is_committing);
@@ -143,7 +143,9 @@ extern int64 zks_monotonic_ms(void);
 extern void zks_set_lease(int64 deadline_ms, int length_ms);
 extern const char *zks_loss_reason(void);
 
-/* zk_settings.c */
+/* zk_settings.c: the settings; zklock_connect_timeout is how long a lock
+ * call waits for ZooKeeper to answer */
+extern int	zklock_connect_timeout;
 extern void zks_define_settings(void);
 extern bool zks_settings_changed(void);
 extern bool zks_has_credentials(void);
@@ -156,7 +158,9 @@ extern void zks_log_client_messages(void);
 extern void zks_define_budget_settings(void);
 extern void zks_check_node_budget(const char *prefix);
 
-/* zk_janitor.c: deleting the nodes given up */
+/* zk_janitor.c: deleting the nodes given up; zks_test_lose_after_grants
+ * is for the fault tests only (see zks_keep_node) */
+extern int	zks_test_lose_after_grants;
 extern void zks_keep_node(const char *path);
 extern bool zks_delete_later(const char *path);
 extern void zks_send_pending_deletes(void);

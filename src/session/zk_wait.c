@@ -3,20 +3,19 @@
  * zk_wait.c
  *	  How the backend waits for ZooKeeper: for a reply, a watch, a
  *	  connection, or the janitor to settle, on a WaitEventSet of its latch,
- *	  postmaster death and an eventfd that the library's threads write to
- *	  (zkw_wake_backend), so that cancel, statement_timeout, lock_timeout
- *	  and termination all reach a waiting backend.
+ *	  postmaster death and the eventfd that the library's threads write to
+ *	  (zkln_wake_backend, zk_link.c), so that cancel, statement_timeout,
+ *	  lock_timeout and termination all reach a waiting backend.  And the
+ *	  wait before COMMIT for the leader to confirm the session
+ *	  (zks_confirm_contact).
  *
- * Everything here runs on the backend's thread, but zkw_wake_backend,
- * which is a plain system call and safe on any thread.
+ * Everything here runs on the backend's thread.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include <pthread.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include "miscadmin.h"
 #include "storage/latch.h"
@@ -27,8 +26,7 @@
 #include "session/zk_session.h"
 #include "session/zk_session_int.h"
 
-/* The backend's own; the library's threads only write to wake_fd. */
-static int	wake_fd = -1;
+/* The backend's own. */
 static uint32 lock_wait_event = PG_WAIT_EXTENSION;	/* in a lock's queue */
 static uint32 request_wait_event = PG_WAIT_EXTENSION;	/* for ZooKeeper */
 static WaitEventSet *wait_set = NULL;
@@ -38,26 +36,6 @@ static WaitEventSet *wait_set = NULL;
 
 /* How often a wait for an unsure session to settle looks again. */
 #define UNSURE_POLL_MS				100
-
-/* Wake the backend.  Safe on any thread: a plain system call. */
-void
-zkw_wake_backend(void)
-{
-	uint64		one = 1;
-	ssize_t		rc pg_attribute_unused();
-
-	rc = write(wake_fd, &one, sizeof(one));
-}
-
-/* One read empties an eventfd: it returns the count and sets it to zero. */
-static void
-drain_wake_fd(void)
-{
-	uint64		count;
-	ssize_t		rc pg_attribute_unused();
-
-	rc = read(wake_fd, &count, sizeof(count));
-}
 
 /*
  * Sleep until the library has something for us, the latch is set, or
@@ -74,7 +52,7 @@ sleep_for(uint32 wait_event, long timeout_ms, bool interruptible)
 		timeout_ms = ZKW_MAX_SLEEP_MS;
 	(void) WaitEventSetWait(wait_set, timeout_ms, &event, 1, wait_event);
 	ResetLatch(MyLatch);
-	drain_wake_fd();
+	zkln_drain_wakes();
 
 	/*
 	 * What the client library said meanwhile: a wait that watches the
@@ -265,14 +243,8 @@ zks_settle(int timeout_ms)
 void
 zkw_prepare(void)
 {
-	if (wake_fd < 0)
-	{
-		wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-		if (wake_fd < 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
-					 errmsg("could not create eventfd: %m")));
-	}
+	int			wake_fd = zkln_wake_fd();
+
 #if PG_VERSION_NUM >= 170000
 	/* Named wait events, registered here and not in a callback that must not fail. */
 	if (lock_wait_event == PG_WAIT_EXTENSION)
@@ -308,5 +280,85 @@ zkw_prepare(void)
 		}
 		PG_END_TRY();
 		wait_set = set;
+	}
+}
+
+/* Send a sync and wait for it until deadline; false if unanswered. */
+static bool
+sync_with_leader(TimestampTz deadline, int *rc)
+{
+	ZkRequest  *sync = zkrq_sync("/");
+	bool		answered;
+
+	PG_TRY();
+	{
+		answered = zks_await(sync, deadline);
+	}
+	PG_CATCH();
+	{
+		zks_release_request(sync);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	*rc = answered ? sync->rc : ZOPERATIONTIMEOUT;
+	zks_release_request(sync);
+	return answered;
+}
+
+/*
+ * Before COMMIT of a transaction holding zklocks: make sure the session is
+ * connected and was recently confirmed by the leader, so it outlives the
+ * commit.  A follower cut off from its leader still answers reads while
+ * the leader expires the session; a write or sync sent within the last
+ * sixth of the timeout T and answered proves otherwise, else syncs are
+ * sent until one is answered within a sixth of T of being sent.  If that
+ * takes T in all, the session may be gone: it is declared lost.  Returns
+ * true if the session is fine.
+ *
+ * The margin.  The leader does not refresh a session when it handles a
+ * request that a follower forwards; it refreshes the sessions a follower
+ * reports in its answer to the leader's ping, sent every tickTime / 2.  So
+ * if the follower is cut off from the leader just after it forwarded our
+ * sync, the leader's last refresh may come from a contact that many pings
+ * older than the sync: the contact before the last reported ping, at most
+ * a quarter of T before it (the heartbeat), which is at most tickTime / 2
+ * before the sync.  The session then outlives the check by at least
+ * T - T/6 - T/4 - tickTime/2, and since ZooKeeper makes T at least
+ * 2 tickTime, at least T/3; connected to the leader itself, at least 5T/6.
+ */
+#define LEADER_CONTACT_WINDOW(timeout)	((timeout) / 6)
+
+bool
+zks_confirm_contact(void)
+{
+	TimestampTz give_up = 0;
+
+	for (;;)
+	{
+		int			timeout = zks_negotiated_timeout();
+		bool		answered;
+		int			rc;
+
+		if (!zks_wait_while_unsure())
+			return false;
+		if (zkct_ms_since_leader_heard() <= LEADER_CONTACT_WINDOW(timeout))
+			return true;
+		if (give_up == 0)
+			give_up = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												  timeout);
+		else if (GetCurrentTimestamp() >= give_up)
+		{
+			pthread_mutex_lock(&zks_mutex);
+			zkct_declare_lost_locked();
+			pthread_mutex_unlock(&zks_mutex);
+			return false;
+		}
+
+		answered = sync_with_leader(give_up, &rc);
+		if (answered && zkct_server_answered(rc) &&
+			zkct_ms_since_leader_heard() <= LEADER_CONTACT_WINDOW(timeout))
+			return zks_state() == ZKS_CONNECTED;
+		if (answered && !zkct_server_answered(rc) && !zks_is_retryable(rc))
+			zks_report_error(rc, ZKS_SYNC, "/");
 	}
 }
