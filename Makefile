@@ -16,7 +16,7 @@ MODULE_big = zklock
 # other's headers by folder: #include "session/zk_session.h".
 OBJS = zklock.o \
 	$(patsubst %,src/interface/%.o,zk_observe zk_args) \
-	$(patsubst %,src/holds/%.o,zk_guard zk_holds zk_fail_closed) \
+	$(patsubst %,src/holds/%.o,zk_guard zk_holds zk_fail_closed zk_hold_table) \
 	$(patsubst %,src/recipe/%.o,zk_recipe zk_deadlock zk_acl_check zk_queue_read zk_queue) \
 	$(patsubst %,src/shared/%.o,zk_shared zk_title) \
 	$(patsubst %,src/session/%.o,zk_session zk_budget zk_wait zk_watchdog \

@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * zk_fail_closed.c
- *	  What a lost ZooKeeper session does to the hold table (zk_holds.c):
- *	  work done under a lock this backend no longer holds never commits.
+ *	  What a lost ZooKeeper session does to the hold table
+ *	  (zk_hold_table.c): work done under a lock this backend no longer
+ *	  holds never commits.
  *
  * When the ZooKeeper session is lost, every entry moves to a second table
  * of lost holds.  They keep their counts so that zk_unlock can say the
@@ -21,8 +22,9 @@
  * session is given up when a hold outlives it, and every hold is lost as
  * above.
  *
- * zk_holds.c calls in here whenever the table changes, and this file
- * works on the table through it (zk_holds_int.h).
+ * zk_holds.c calls in here whenever it changes the table, and this file
+ * works on the table by calling down into zk_hold_table.c, never back into
+ * zk_holds.c (zk_holds_int.h).
  *
  *-------------------------------------------------------------------------
  */

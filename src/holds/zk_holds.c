@@ -1,19 +1,21 @@
 /*-------------------------------------------------------------------------
  *
  * zk_holds.c
- *	  The table of zklocks this backend holds.
+ *	  Taking and ending the zklocks this backend holds.
  *
- * One entry per lock name, with a slot for each mode.  Holds stack as
+ * The table (zk_hold_table.c, which this file calls down into) has one
+ * entry per lock name, with a slot for each mode.  Holds stack as
  * advisory locks do.  One lock node serves every hold of a mode, session
  * and transaction level alike, so a repeated acquire costs no ZooKeeper
  * request.
  *
- * A mode's node is deleted when its last hold ends, with one exception
- * that the queue rules need (zk_queue.c): while the other mode is still
- * held, a node created before the other mode's node stays, holding the
- * backend's place in the queue, so no client queued between the two nodes
- * is granted beside the later one.  It goes with the last hold on the name,
- * and a new acquire of its mode meanwhile takes it up again at no cost.
+ * A mode's node is deleted when its last hold ends (zkht_settle), with one
+ * exception that the queue rules need (zk_queue.c): while the other mode is
+ * still held, a node created before the other mode's node stays, holding
+ * the backend's place in the queue, so no client queued between the two
+ * nodes is granted beside the later one.  It goes with the last hold on
+ * the name, and a new acquire of its mode meanwhile takes it up again at no
+ * cost.
  *
  * Each transaction hold remembers the subtransaction that took it, so
  * ROLLBACK TO a savepoint ends the holds taken after it, and RELEASE
@@ -28,8 +30,9 @@
  * hooks in zk_holds_int.h.  Ending a lost hold here (unlock, unlock_all, a
  * semaphore's release) is how the job acknowledges the loss, and the
  * release functions tell zk_fail_closed.c so; a multi-lock's undo of its
- * own holds is not.  A lease (zklock.lease) is armed here: the session is
- * given up when a hold outlives it, which fails closed as any loss does.
+ * own holds is not.  A lease (zklock.lease) is taken here with each hold,
+ * and the table arms the session's for the earliest: the session is given
+ * up when a hold outlives it, which fails closed as any loss does.
  *
  *-------------------------------------------------------------------------
  */
@@ -40,19 +43,13 @@
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
-#include "utils/hsearch.h"
-#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "base/zk_layout.h"
-#include "base/zk_memory.h"
 #include "holds/zk_holds.h"
 #include "holds/zk_holds_int.h"
 #include "session/zk_session.h"
 #include "shared/zk_shared.h"
-
-HTAB	   *zkht_live = NULL;
-HTAB	   *zkht_lost = NULL;
 
 /* Whether COMMIT and ROLLBACK wait for their releases to be confirmed. */
 static bool zklock_synchronous_release;
@@ -63,9 +60,6 @@ static bool zklock_synchronous_release;
  * closed as any loss does (zk_fail_closed.c).
  */
 static int	zklock_lease;
-
-/* Whether the session has a lease armed for one of our holds. */
-static bool lease_published = false;
 
 void
 zkh_define_settings(void)
@@ -90,48 +84,6 @@ zkh_define_settings(void)
 }
 
 /*
- * Arm the session's lease for the earliest deadline among the live holds
- * granted under one, or disarm it.  Called when holds change; nothing is
- * done when no lease is armed and the change brought none.
- */
-static void
-update_lease(bool leased_change)
-{
-	EntryWalk	walk;
-	LockEntry  *entry;
-	int64		earliest = 0;
-	int			length = 0;
-	int			m;
-
-	if (!lease_published && !leased_change)
-		return;
-	zkht_walk_begin(&walk, zkht_live, NULL);
-	while ((entry = zkht_walk_next(&walk)) != NULL)
-		for (m = 0; m < 2; m++)
-		{
-			HoldMode   *mode = &entry->modes[m];
-
-			if (mode->lease_until == 0 || mode->acquiring ||
-				hold_count(mode, HOLD_ANY) == 0)
-				continue;
-			if (earliest == 0 || mode->lease_until < earliest)
-			{
-				earliest = mode->lease_until;
-				length = mode->lease_ms;
-			}
-		}
-	if (earliest == 0)
-	{
-		if (lease_published)
-			zks_set_lease(-1, 0);
-		lease_published = false;
-		return;
-	}
-	zks_set_lease(earliest, length);
-	lease_published = true;
-}
-
-/*
  * A hold is taken under the current zklock.lease.  The first hold on a
  * node (fresh: none was left on it) starts its lease anew; a stacked one
  * may only bring the deadline closer, so no hold outlives its own lease.
@@ -153,108 +105,6 @@ take_lease(HoldMode *mode, bool fresh)
 	}
 }
 
-static HTAB *
-make_table(const char *name)
-{
-	HASHCTL		ctl;
-
-	ctl.keysize = ZKL_NODE_MAX;
-	ctl.entrysize = sizeof(LockEntry);
-	ctl.hcxt = zk_memory();
-	return hash_create(name, 16, &ctl, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
-}
-
-static void
-ensure_tables(void)
-{
-	if (zkht_live == NULL)
-		zkht_live = make_table("zklock holds");
-	if (zkht_lost == NULL)
-		zkht_lost = make_table("zklock lost holds");
-}
-
-static LockEntry *
-find_in(HTAB *table, const char *key)
-{
-	if (table == NULL)
-		return NULL;
-	return hash_search(table, key, HASH_FIND, NULL);
-}
-
-/* Find or make an entry; a new one has no node and no hold. */
-LockEntry *
-zkht_enter(HTAB *table, const char *key, const char *name)
-{
-	LockEntry  *entry;
-	bool		found;
-	char	   *name_copy = MemoryContextStrdup(zk_memory(), name);
-
-	entry = hash_search(table, key, HASH_ENTER, &found);
-	if (found)
-		pfree(name_copy);
-	else
-	{
-		int			m;
-
-		entry->name = name_copy;
-		entry->semaphore = false;
-		Assert(table == zkht_live || table == zkht_lost);
-		entry->lost = table == zkht_lost;
-		for (m = 0; m < 2; m++)
-		{
-			memset(&entry->modes[m], 0, offsetof(HoldMode, node));
-			entry->modes[m].node.path[0] = '\0';
-			entry->modes[m].node.czxid = 0;
-		}
-	}
-	return entry;
-}
-
-/* The parent path of the lock or semaphore of an entry. */
-static const char *
-parent_of(const LockEntry *entry, char buf[ZKL_PARENT_MAX])
-{
-	if (!entry->semaphore)
-		return entry->key;
-	strlcpy(buf, entry->key, Min(ZKL_PARENT_MAX, zkl_parent_length(entry->key) + 1));
-	return buf;
-}
-
-void
-zkht_remove_entry(LockEntry *entry)
-{
-	HTAB	   *table = entry->lost ? zkht_lost : zkht_live;
-	int			m;
-
-	for (m = 0; m < 2; m++)
-	{
-		zksh_drop_hold(entry->modes[m].shown);
-		if (entry->modes[m].xact_subids)
-			pfree(entry->modes[m].xact_subids);
-	}
-	pfree(entry->name);
-	hash_search(table, entry->key, HASH_REMOVE, NULL);
-	update_lease(false);
-}
-
-void
-zkht_reserve_subids(HoldMode *mode, int needed)
-{
-	int			alloc;
-
-	if (needed <= mode->xact_alloc)
-		return;
-	alloc = Max(needed, Max(4, mode->xact_alloc * 2));
-	/* Record the new size only once the memory is there. */
-	if (mode->xact_subids == NULL)
-		mode->xact_subids = MemoryContextAlloc(zk_memory(),
-											   alloc * sizeof(SubTransactionId));
-	else
-		mode->xact_subids = repalloc(mode->xact_subids,
-									 alloc * sizeof(SubTransactionId));
-	mode->xact_alloc = alloc;
-}
-
 /* Room for the hold was reserved by the caller, so this cannot fail. */
 static void
 add_hold(HoldMode *mode, bool xact)
@@ -267,96 +117,6 @@ add_hold(HoldMode *mode, bool xact)
 	else
 		mode->session_count++;
 	zkfc_hold_added(xact);
-}
-
-/* Has any entry of table a hold at scope? */
-bool
-zkht_any_held(HTAB *table, CountScope scope)
-{
-	EntryWalk	walk;
-	LockEntry  *entry;
-
-	/* Every release asks this of a table that is then mostly empty. */
-	if (entry_count(table) == 0)
-		return false;
-	zkht_walk_begin(&walk, table, NULL);
-	while ((entry = zkht_walk_next(&walk)) != NULL)
-	{
-		if (modes_held(entry, scope) > 0)
-		{
-			zkht_walk_stop(&walk);
-			return true;
-		}
-	}
-	return false;
-}
-
-/* How many modes of the entries of table have a hold at scope. */
-int
-zkht_count_modes_held(HTAB *table, CountScope scope)
-{
-	EntryWalk	walk;
-	LockEntry  *entry;
-	int			n = 0;
-
-	zkht_walk_begin(&walk, table, NULL);
-	while ((entry = zkht_walk_next(&walk)) != NULL)
-		n += modes_held(entry, scope);
-	return n;
-}
-
-static int64 entry_token(const LockEntry *entry);
-
-/*
- * Show the holds of one entry to the rest of the server (zk_shared.c),
- * after a change to them.  Writes shared memory only; never fails.
- */
-static void
-show_entry(LockEntry *entry)
-{
-	char		parent[ZKL_PARENT_MAX];
-	int			m;
-
-	update_lease(entry->modes[0].lease_until != 0 ||
-				 entry->modes[1].lease_until != 0);
-	if (!zksh_enabled())
-		return;
-	for (m = 0; m < 2; m++)
-	{
-		HoldMode   *mode = &entry->modes[m];
-
-		if (hold_count(mode, HOLD_ANY) > 0)
-			mode->shown = zksh_put_hold(mode->shown,
-										parent_of(entry, parent), m,
-										entry->semaphore, entry->lost,
-										mode->session_count,
-										mode->xact_count, mode->node.path,
-										entry->lost ? mode->node.czxid :
-										entry_token(entry), mode->since);
-		else if (mode->shown != 0)
-		{
-			zksh_drop_hold(mode->shown);
-			mode->shown = 0;
-		}
-	}
-}
-
-/* Show every hold, after a change to many. */
-void
-zkht_show_holds(void)
-{
-	EntryWalk	walk;
-	LockEntry  *entry;
-
-	/* Else show_entry updates the lease for each entry shown. */
-	if (!zksh_enabled())
-	{
-		update_lease(false);
-		return;
-	}
-	zkht_walk_begin(&walk, zkht_live, zkht_lost);
-	while ((entry = zkht_walk_next(&walk)) != NULL)
-		show_entry(entry);
 }
 
 /*
@@ -383,59 +143,6 @@ zkh_add_if_held(const char *parent, bool shared, bool xact)
 	add_hold(mode, xact);
 	show_entry(entry);
 	return true;
-}
-
-/* What the releases of one operation left to do; see finish_releases. */
-static bool releases_pending = false;
-static bool release_failed = false;
-
-static void
-release_node(HoldMode *mode)
-{
-	if (zkr_release(mode->node.path))
-		releases_pending = true;
-	else
-		release_failed = true;
-	mode->node.path[0] = '\0';
-	mode->node.czxid = 0;
-}
-
-/*
- * After holds ended: release each mode that has no hold left, unless it
- * keeps our place for the other mode (see the header comment); drop the
- * entry once nothing is left.  Nodes are czxid-ordered: both are ours.
- */
-bool
-zkht_settle(LockEntry *entry)
-{
-	int			m;
-
-	for (m = 0; m < 2; m++)
-	{
-		HoldMode   *mode = &entry->modes[m];
-		HoldMode   *other = &entry->modes[1 - m];
-
-		if (hold_count(mode, HOLD_ANY) > 0 || !has_node(mode) ||
-			mode->acquiring)
-			continue;
-		if (!entry->lost && hold_count(other, HOLD_ANY) > 0 &&
-			has_node(other) && mode->node.czxid < other->node.czxid)
-			continue;
-		if (!entry->lost)
-			release_node(mode);
-		else
-			mode->node.path[0] = '\0';
-	}
-	for (m = 0; m < 2; m++)
-	{
-		HoldMode   *mode = &entry->modes[m];
-
-		if (hold_count(mode, HOLD_ANY) > 0 || has_node(mode) ||
-			mode->acquiring)
-			return true;
-	}
-	zkht_remove_entry(entry);
-	return false;
 }
 
 /* End one hold of a mode at scope: at transaction scope, the newest. */
@@ -605,24 +312,6 @@ zkh_release_all_session_holds(void)
 	zkht_show_holds();
 	finish_releases(true);
 	zkfc_update_cancel_on_loss();
-}
-
-/*
- * The fencing token of an entry: the czxid of the backend's earliest node
- * on the name, which is where it stands in the queue (zk_queue.c), so every
- * earlier exclusive holder's token is smaller and every later one's larger.
- */
-static int64
-entry_token(const LockEntry *entry)
-{
-	int64		token = 0;
-	int			m;
-
-	for (m = 0; m < 2; m++)
-		if (has_node(&entry->modes[m]) &&
-			(token == 0 || entry->modes[m].node.czxid < token))
-			token = entry->modes[m].node.czxid;
-	return token;
 }
 
 /* The fencing token of a held lock, or 0 if it is not held. */

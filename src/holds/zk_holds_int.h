@@ -1,19 +1,22 @@
 /*-------------------------------------------------------------------------
  *
  * zk_holds_int.h
- *	  What the hold table's two files share, and nothing else includes:
+ *	  What the hold table's three files share, and nothing else includes:
  *	  the table's entries, the walks over them and the operations on them
- *	  (zk_holds.c), and the hooks by which the table tells zk_fail_closed.c
- *	  of its changes.  Both make the public API, zk_holds.h, and both run
- *	  on the backend's thread only.
+ *	  (zk_hold_table.c), and the hooks by which zk_holds.c tells
+ *	  zk_fail_closed.c of its changes.  zk_holds.c and zk_fail_closed.c
+ *	  make the public API, zk_holds.h, and all three run on the backend's
+ *	  thread only.
  *
- * The calls go both ways.  zk_fail_closed.c moves a lost session's entries
- * to the lost table and reads the tables for its checks, through the
- * zkht_ operations.  zk_holds.c calls the zkfc_ hooks when a hold is taken
- * or ended, a lost hold let go, or a transaction ended, so that what may
- * commit, and whether a loss cancels, follows.  The transaction-end
- * callbacks call two of those hooks, zkfc_update_cancel_on_loss and
- * zkfc_xact_ended, which must not raise an ERROR nor allocate.
+ * The calls run one way, down: zk_holds.c > zk_fail_closed.c >
+ * zk_hold_table.c.  zk_holds.c takes and ends holds in the table, and
+ * calls the zkfc_ hooks when a hold is taken or ended, a lost hold let go,
+ * or a transaction ended, so that what may commit, and whether a loss
+ * cancels, follows.  zk_fail_closed.c moves a lost session's entries to
+ * the lost table and reads the tables for its checks.  zk_hold_table.c
+ * calls neither.  The transaction-end callbacks call two of the hooks,
+ * zkfc_update_cancel_on_loss and zkfc_xact_ended, which must not raise an
+ * ERROR nor allocate.
  *
  *-------------------------------------------------------------------------
  */
@@ -24,7 +27,9 @@
 #include "utils/hsearch.h"
 
 #include "base/zk_layout.h"
-#include "holds/zk_holds.h"
+#include "recipe/zk_recipe.h"
+
+/* zk_hold_table.c */
 
 typedef struct HoldMode
 {
@@ -83,7 +88,7 @@ typedef struct EntryWalk
 	HASH_SEQ_STATUS status;
 } EntryWalk;
 
-/* The live holds and the lost ones (zk_holds.c); NULL until first needed. */
+/* The live holds and the lost ones; NULL until first needed. */
 extern HTAB *zkht_live;
 extern HTAB *zkht_lost;
 
@@ -161,14 +166,58 @@ zkht_walk_stop(EntryWalk *walk)
 	walk->scanning = false;
 }
 
-/* zk_holds.c */
+extern HTAB *make_table(const char *name);
 extern LockEntry *zkht_enter(HTAB *table, const char *key, const char *name);
 extern void zkht_remove_entry(LockEntry *entry);
 extern void zkht_reserve_subids(HoldMode *mode, int needed);
 extern bool zkht_settle(LockEntry *entry);
+extern void show_entry(LockEntry *entry);
 extern void zkht_show_holds(void);
 extern bool zkht_any_held(HTAB *table, CountScope scope);
 extern int	zkht_count_modes_held(HTAB *table, CountScope scope);
+
+/*
+ * What the releases of one operation left to do: set as zkht_settle gives
+ * nodes up, read and reset by zk_holds.c once the operation is done.
+ */
+extern bool releases_pending;
+extern bool release_failed;
+
+/* Inline, as the walks are: zk_lock and zk_unlock look entries up. */
+static inline void
+ensure_tables(void)
+{
+	if (zkht_live == NULL)
+		zkht_live = make_table("zklock holds");
+	if (zkht_lost == NULL)
+		zkht_lost = make_table("zklock lost holds");
+}
+
+static inline LockEntry *
+find_in(HTAB *table, const char *key)
+{
+	if (table == NULL)
+		return NULL;
+	return hash_search(table, key, HASH_FIND, NULL);
+}
+
+/*
+ * The fencing token of an entry: the czxid of the backend's earliest node
+ * on the name, which is where it stands in the queue (zk_queue.c), so every
+ * earlier exclusive holder's token is smaller and every later one's larger.
+ */
+static inline int64
+entry_token(const LockEntry *entry)
+{
+	int64		token = 0;
+	int			m;
+
+	for (m = 0; m < 2; m++)
+		if (has_node(&entry->modes[m]) &&
+			(token == 0 || entry->modes[m].node.czxid < token))
+			token = entry->modes[m].node.czxid;
+	return token;
+}
 
 /* zk_fail_closed.c */
 extern void zkfc_define_settings(void);
