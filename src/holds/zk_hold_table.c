@@ -78,7 +78,7 @@ update_lease(bool leased_change)
 }
 
 HTAB *
-make_table(const char *name)
+zkht_make_table(const char *name)
 {
 	HASHCTL		ctl;
 
@@ -203,7 +203,7 @@ zkht_count_modes_held(HTAB *table, CountScope scope)
  * after a change to them.  Writes shared memory only; never fails.
  */
 void
-show_entry(LockEntry *entry)
+zkht_show_entry(LockEntry *entry)
 {
 	char		parent[ZKL_PARENT_MAX];
 	int			m;
@@ -239,7 +239,7 @@ zkht_show_holds(void)
 	EntryWalk	walk;
 	LockEntry  *entry;
 
-	/* Else show_entry updates the lease for each entry shown. */
+	/* Else zkht_show_entry updates the lease for each entry shown. */
 	if (!zksh_enabled())
 	{
 		update_lease(false);
@@ -247,20 +247,20 @@ zkht_show_holds(void)
 	}
 	zkht_walk_begin(&walk, zkht_live, zkht_lost);
 	while ((entry = zkht_walk_next(&walk)) != NULL)
-		show_entry(entry);
+		zkht_show_entry(entry);
 }
 
 /* What the releases of one operation left to do; see finish_releases. */
-bool		releases_pending = false;
-bool		release_failed = false;
+bool		zkht_releases_pending = false;
+bool		zkht_release_failed = false;
 
 static void
 release_node(HoldMode *mode)
 {
 	if (zkr_release(mode->node.path))
-		releases_pending = true;
+		zkht_releases_pending = true;
 	else
-		release_failed = true;
+		zkht_release_failed = true;
 	mode->node.path[0] = '\0';
 	mode->node.czxid = 0;
 }

@@ -141,7 +141,7 @@ zkh_add_if_held(const char *parent, bool shared, bool xact)
 		mode->since = GetCurrentTimestamp();
 	take_lease(mode, hold_count(mode, HOLD_ANY) == 0);
 	add_hold(mode, xact);
-	show_entry(entry);
+	zkht_show_entry(entry);
 	return true;
 }
 
@@ -157,7 +157,7 @@ end_hold(LockEntry *entry, int m, CountScope scope)
 	else
 		mode->session_count--;
 	if (zkht_settle(entry))
-		show_entry(entry);
+		zkht_show_entry(entry);
 }
 
 /*
@@ -170,12 +170,12 @@ end_hold(LockEntry *entry, int m, CountScope scope)
 static void
 finish_releases(bool wait)
 {
-	if (!release_failed && releases_pending && wait)
+	if (!zkht_release_failed && zkht_releases_pending && wait)
 		zkr_wait_released();
-	if (release_failed || zks_janitor_failed())
+	if (zkht_release_failed || zks_janitor_failed())
 		zks_close();
-	releases_pending = false;
-	release_failed = false;
+	zkht_releases_pending = false;
+	zkht_release_failed = false;
 }
 
 /*
@@ -225,10 +225,10 @@ zkh_acquire(const char *parent, const char *name, bool shared, bool xact,
 		take_lease(mode, true);
 		mode->verified_at = zks_connection_count();
 		add_hold(mode, xact);
-		show_entry(entry);
+		zkht_show_entry(entry);
 	}
 	else if (zkht_settle(entry))
-		show_entry(entry);
+		zkht_show_entry(entry);
 	return result;
 }
 
@@ -365,7 +365,7 @@ zkh_acquire_slot(const char *parent, const char *name, int slots, bool xact,
 		take_lease(mode, true);
 		mode->verified_at = zks_connection_count();
 		add_hold(mode, xact);
-		show_entry(entry);
+		zkht_show_entry(entry);
 	}
 	PG_CATCH();
 	{

@@ -166,12 +166,12 @@ zkht_walk_stop(EntryWalk *walk)
 	walk->scanning = false;
 }
 
-extern HTAB *make_table(const char *name);
+extern HTAB *zkht_make_table(const char *name);
 extern LockEntry *zkht_enter(HTAB *table, const char *key, const char *name);
 extern void zkht_remove_entry(LockEntry *entry);
 extern void zkht_reserve_subids(HoldMode *mode, int needed);
 extern bool zkht_settle(LockEntry *entry);
-extern void show_entry(LockEntry *entry);
+extern void zkht_show_entry(LockEntry *entry);
 extern void zkht_show_holds(void);
 extern bool zkht_any_held(HTAB *table, CountScope scope);
 extern int	zkht_count_modes_held(HTAB *table, CountScope scope);
@@ -180,17 +180,17 @@ extern int	zkht_count_modes_held(HTAB *table, CountScope scope);
  * What the releases of one operation left to do: set as zkht_settle gives
  * nodes up, read and reset by zk_holds.c once the operation is done.
  */
-extern bool releases_pending;
-extern bool release_failed;
+extern bool zkht_releases_pending;
+extern bool zkht_release_failed;
 
 /* Inline, as the walks are: zk_lock and zk_unlock look entries up. */
 static inline void
 ensure_tables(void)
 {
 	if (zkht_live == NULL)
-		zkht_live = make_table("zklock holds");
+		zkht_live = zkht_make_table("zklock holds");
 	if (zkht_lost == NULL)
-		zkht_lost = make_table("zklock lost holds");
+		zkht_lost = zkht_make_table("zklock lost holds");
 }
 
 static inline LockEntry *

@@ -92,7 +92,8 @@ zks_start_thread(pthread_t *thread, void *(*main) (void *), void *arg)
 
 /*
  * The eventfd the library's threads wake the backend with, made on first
- * use; ERROR if it cannot be.
+ * use; ERROR if it cannot be.  The backend waits for it and reads it
+ * (zk_wait.c).
  */
 int
 zkln_wake_fd(void)
@@ -116,19 +117,6 @@ zkln_wake_backend(void)
 	ssize_t		rc pg_attribute_unused();
 
 	rc = write(wake_fd, &one, sizeof(one));
-}
-
-/*
- * Forget the wake-ups taken; the backend's, after each sleep.  One read
- * empties an eventfd: it returns the count and sets it to zero.
- */
-void
-zkln_drain_wakes(void)
-{
-	uint64		count;
-	ssize_t		rc pg_attribute_unused();
-
-	rc = read(wake_fd, &count, sizeof(count));
 }
 
 /*

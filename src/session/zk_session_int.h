@@ -191,7 +191,6 @@ extern bool zks_start_thread(pthread_t *thread, void *(*main) (void *),
 							 void *arg);
 extern int	zkln_wake_fd(void);
 extern void zkln_wake_backend(void);
-extern void zkln_drain_wakes(void);
 extern void zkln_prepare_watchdog(void);
 extern void zkln_wake_watchdog_locked(void);
 extern void zkln_watchdog_sleep_locked(const struct timespec *until);

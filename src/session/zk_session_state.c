@@ -294,8 +294,8 @@ absorb_idle_close(void)
  * watchdog leaves it alone until the next transaction ends with nothing
  * held.  A session the watchdog closed first is found closed.
  */
-void
-zkst_unpark(void)
+static void
+unpark(void)
 {
 	if (!parked_here)
 		return;
@@ -306,6 +306,13 @@ zkst_unpark(void)
 	pthread_mutex_unlock(&zks_mutex);
 }
 
+/* unpark, for zks_close; zks_open's is inline in zkst_unpark_ready. */
+void
+zkst_unpark(void)
+{
+	unpark();
+}
+
 /*
  * Unpark the session before using it, as zks_open does on every lock call:
  * true if it is ready, made and connected once and not lost.  One call,
@@ -314,7 +321,7 @@ zkst_unpark(void)
 bool
 zkst_unpark_ready(void)
 {
-	zkst_unpark();
+	unpark();
 	return zks_zh != NULL && session_id != 0 && !zks_is_lost();
 }
 

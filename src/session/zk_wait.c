@@ -16,6 +16,7 @@
 #include "postgres.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include "miscadmin.h"
 #include "storage/latch.h"
@@ -26,7 +27,8 @@
 #include "session/zk_session.h"
 #include "session/zk_session_int.h"
 
-/* The backend's own. */
+/* The backend's own; wake_fd is zk_link.c's eventfd, which it reads. */
+static int	wake_fd = -1;
 static uint32 lock_wait_event = PG_WAIT_EXTENSION;	/* in a lock's queue */
 static uint32 request_wait_event = PG_WAIT_EXTENSION;	/* for ZooKeeper */
 static WaitEventSet *wait_set = NULL;
@@ -36,6 +38,16 @@ static WaitEventSet *wait_set = NULL;
 
 /* How often a wait for an unsure session to settle looks again. */
 #define UNSURE_POLL_MS				100
+
+/* One read empties an eventfd: it returns the count and sets it to zero. */
+static void
+drain_wake_fd(void)
+{
+	uint64		count;
+	ssize_t		rc pg_attribute_unused();
+
+	rc = read(wake_fd, &count, sizeof(count));
+}
 
 /*
  * Sleep until the library has something for us, the latch is set, or
@@ -52,7 +64,7 @@ sleep_for(uint32 wait_event, long timeout_ms, bool interruptible)
 		timeout_ms = ZKW_MAX_SLEEP_MS;
 	(void) WaitEventSetWait(wait_set, timeout_ms, &event, 1, wait_event);
 	ResetLatch(MyLatch);
-	zkln_drain_wakes();
+	drain_wake_fd();
 
 	/*
 	 * What the client library said meanwhile: a wait that watches the
@@ -243,8 +255,7 @@ zks_settle(int timeout_ms)
 void
 zkw_prepare(void)
 {
-	int			wake_fd = zkln_wake_fd();
-
+	wake_fd = zkln_wake_fd();
 #if PG_VERSION_NUM >= 170000
 	/* Named wait events, registered here and not in a callback that must not fail. */
 	if (lock_wait_event == PG_WAIT_EXTENSION)
