@@ -223,7 +223,7 @@ zkht_show_entry(LockEntry *entry)
 										mode->session_count,
 										mode->xact_count, mode->node.path,
 										entry->lost ? mode->node.czxid :
-										entry_token(entry), mode->since);
+										zkht_entry_token(entry), mode->since);
 		else if (mode->shown != 0)
 		{
 			zksh_drop_hold(mode->shown);

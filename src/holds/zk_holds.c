@@ -127,7 +127,7 @@ add_hold(HoldMode *mode, bool xact)
 bool
 zkh_add_if_held(const char *parent, bool shared, bool xact)
 {
-	LockEntry  *entry = find_in(zkht_live, parent);
+	LockEntry  *entry = zkht_find(zkht_live, parent);
 	HoldMode   *mode;
 
 	if (entry == NULL)
@@ -192,7 +192,7 @@ zkh_acquire(const char *parent, const char *name, bool shared, bool xact,
 	HoldMode   *other;
 	ZkrResult	result;
 
-	ensure_tables();
+	zkht_ensure_tables();
 	entry = zkht_enter(zkht_live, parent, name);
 	mode = &entry->modes[shared];
 	other = &entry->modes[!shared];
@@ -242,14 +242,14 @@ void
 zkh_undo_hold(const char *parent, bool shared, bool xact)
 {
 	CountScope	scope = xact ? HOLD_XACT : HOLD_SESSION;
-	LockEntry  *entry = find_in(zkht_live, parent);
+	LockEntry  *entry = zkht_find(zkht_live, parent);
 
 	/*
 	 * The live hold if there is one, else a lost one: a name lost before and
 	 * taken again by this call must keep its unacknowledged lost hold.
 	 */
 	if (entry == NULL || hold_count(&entry->modes[shared], scope) == 0)
-		entry = find_in(zkht_lost, parent);
+		entry = zkht_find(zkht_lost, parent);
 	if (entry != NULL && hold_count(&entry->modes[shared], scope) > 0)
 		end_hold(entry, shared, scope);
 	zkfc_update_cancel_on_loss();
@@ -262,7 +262,7 @@ zkh_release_session_hold(const char *parent, bool shared, const char *name)
 	LockEntry  *entry;
 
 	/* A lost hold is reported first, so the job learns of the loss. */
-	entry = find_in(zkht_lost, parent);
+	entry = zkht_find(zkht_lost, parent);
 	if (entry && entry->modes[shared].session_count > 0)
 	{
 		zkfc_note_acknowledged(name);
@@ -274,7 +274,7 @@ zkh_release_session_hold(const char *parent, bool shared, const char *name)
 		return false;
 	}
 
-	entry = find_in(zkht_live, parent);
+	entry = zkht_find(zkht_live, parent);
 	if (entry == NULL || entry->modes[shared].session_count == 0)
 	{
 		ereport(WARNING,
@@ -318,11 +318,11 @@ zkh_release_all_session_holds(void)
 int64
 zkh_token(const char *parent)
 {
-	LockEntry  *entry = find_in(zkht_live, parent);
+	LockEntry  *entry = zkht_find(zkht_live, parent);
 
 	if (entry == NULL || modes_held(entry, HOLD_ANY) == 0)
 		return 0;
-	return entry_token(entry);
+	return zkht_entry_token(entry);
 }
 
 /*
@@ -337,7 +337,7 @@ zkh_acquire_slot(const char *parent, const char *name, int slots, bool xact,
 	ZkLockNode	node;
 	volatile ZkrResult result = ZKR_BUSY;
 
-	ensure_tables();
+	zkht_ensure_tables();
 	zksh_wait_begin(parent, name, false, true, xact);
 	PG_TRY();
 	{
@@ -369,7 +369,7 @@ zkh_acquire_slot(const char *parent, const char *name, int slots, bool xact,
 	}
 	PG_CATCH();
 	{
-		LockEntry  *entry = find_in(zkht_live, node.path);
+		LockEntry  *entry = zkht_find(zkht_live, node.path);
 
 		if (entry)
 			zkht_remove_entry(entry);
@@ -468,7 +468,7 @@ zkh_slot_token(const char *parent)
 bool
 zkh_owns_node(const char *parent, const char *child)
 {
-	LockEntry  *entry = find_in(zkht_live, parent);
+	LockEntry  *entry = zkht_find(zkht_live, parent);
 	int			m;
 
 	if (entry == NULL)
@@ -528,7 +528,7 @@ zkh_rows(ZkHoldRow **rows_out)
 				rows[n].lost = entry->lost;
 				rows[n].node = mode->node.path;
 				rows[n].token = entry->lost ? mode->node.czxid :
-					entry_token(entry);
+					zkht_entry_token(entry);
 				rows[n].since = mode->since;
 				n++;
 			}

@@ -30,7 +30,7 @@ typedef struct ZkHoldRow
 	TimestampTz since;
 } ZkHoldRow;
 
-/* zk_holds.c: the table */
+/* zk_holds.c: holds taken, ended and shown */
 extern void zkh_define_settings(void);
 extern void zkh_register_callbacks(void);
 extern bool zkh_add_if_held(const char *parent, bool shared, bool xact);

@@ -185,7 +185,7 @@ extern bool zkht_release_failed;
 
 /* Inline, as the walks are: zk_lock and zk_unlock look entries up. */
 static inline void
-ensure_tables(void)
+zkht_ensure_tables(void)
 {
 	if (zkht_live == NULL)
 		zkht_live = zkht_make_table("zklock holds");
@@ -194,7 +194,7 @@ ensure_tables(void)
 }
 
 static inline LockEntry *
-find_in(HTAB *table, const char *key)
+zkht_find(HTAB *table, const char *key)
 {
 	if (table == NULL)
 		return NULL;
@@ -207,7 +207,7 @@ find_in(HTAB *table, const char *key)
  * earlier exclusive holder's token is smaller and every later one's larger.
  */
 static inline int64
-entry_token(const LockEntry *entry)
+zkht_entry_token(const LockEntry *entry)
 {
 	int64		token = 0;
 	int			m;

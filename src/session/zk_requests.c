@@ -8,7 +8,7 @@
  *
  * A request is malloc'd, filled in by its completion and marked done under
  * zks_mutex, and handed back to the backend by zkln_wake_backend
- * (zk_wait.c).  A backend that stops waiting for one marks it abandoned,
+ * (zk_link.c).  A backend that stops waiting for one marks it abandoned,
  * and its completion frees it; every answer the server gives moves the
  * contact clock (zkct_note_heard_locked, zk_contact.c).
  *
@@ -373,7 +373,11 @@ zks_get_acl(const char *path)
 ZkRequest *
 zks_watch_data(const char *path)
 {
-	ZkRequest  *req = request_new(false);
+	ZkRequest  *req;
+
+	/* zoo_aget reads the handle's watcher before it checks the handle. */
+	Assert(zks_zh != NULL);
+	req = request_new(false);
 
 	return request_queued(req, zoo_aget(zks_zh, path, 1, data_done, req),
 						  ZKS_WATCH, path);

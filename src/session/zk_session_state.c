@@ -8,8 +8,8 @@
  *
  * The backend parks the session when a transaction ends with no lock node
  * of its own in use (zks_set_idle), and takes it back before it next
- * sends anything (zkst_unpark).  While it is parked the backend only reads
- * its state, and the watchdog, the one thread that is awake then, closes
+ * sends anything (zkst_unpark_ready, zkst_unpark).  While it is parked
+ * the backend only reads its state, and the watchdog, the one thread that is awake then, closes
  * the handle once the idle time has passed (zks_close_idle_locked).  The
  * backend then finds it closed (absorb_idle_close), as if it had closed it
  * itself, and its next lock opens a new session, as the first one did.
