@@ -20,7 +20,7 @@ OBJS = zklock.o \
 	$(patsubst %,src/recipe/%.o,zk_recipe zk_deadlock zk_acl_check zk_queue_read zk_queue) \
 	$(patsubst %,src/shared/%.o,zk_shared zk_title) \
 	$(patsubst %,src/session/%.o,zk_session zk_budget zk_wait zk_watchdog \
-		zk_session_state zk_janitor zk_requests zk_settings zk_client_log \
+		zk_session_state zk_keeping zk_janitor zk_requests zk_settings zk_client_log \
 		zk_contact zk_link) \
 	$(patsubst %,src/base/%.o,zk_names zk_text zk_memory)
 # The C functions only the TAP suites call (src/interface/zk_test_support.c) are

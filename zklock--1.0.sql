@@ -246,7 +246,8 @@ CREATE FUNCTION zk_stat_locks(
     OUT wait_time_buckets bigint[],
     OUT releases bigint,
     OUT hold_time_ms double precision,
-    OUT hold_time_buckets bigint[])
+    OUT hold_time_buckets bigint[],
+    OUT kept_acquisitions bigint)   -- of acquisitions, taken from a kept node
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'zk_stat_locks'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;

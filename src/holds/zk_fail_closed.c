@@ -294,6 +294,7 @@ zkh_check_session(void)
 
 	/* What the client library said since, before what this call reports. */
 	zks_log_client_messages();
+	zkht_collect_kept();
 	if (!zks_is_open() || zks_is_lost() || janitor_failed)
 	{
 		bool		held = entry_count(zkht_live) > 0;

@@ -419,13 +419,15 @@ utility_part(void *arg)
  * session-level advisory locks.  It releases the session-level zklocks
  * too, lost ones included, which acknowledges their loss: a client that
  * left a pooled connection without unlocking then strands nothing, and
- * its losses do not refuse the next client's writes.  It runs outside any
- * transaction block, so no transaction-level hold can be in force.
+ * its losses do not refuse the next client's writes; and nodes kept after
+ * their release are given up.  It runs outside any transaction block, so
+ * no transaction-level hold can be in force.
  */
 static void
 release_on_discard_all(void)
 {
-	if (zkh_any())
+	/* Nodes kept after their release go too. */
+	if (zkh_any() || zks_keeps_any())
 	{
 		zkh_check_session();
 		zkh_release_all_session_holds();

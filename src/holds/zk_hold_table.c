@@ -19,6 +19,7 @@
  */
 #include "postgres.h"
 
+#include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
@@ -31,6 +32,25 @@
 
 HTAB	   *zkht_live = NULL;
 HTAB	   *zkht_lost = NULL;
+
+/* zklock.keep_released: how long a released exclusive lock's node is kept. */
+static int	zklock_keep_released = 0;
+
+/* Set while every lock is let go (zk_unlock_all, DISCARD ALL): none is kept. */
+bool		zkht_keeping_suspended = false;
+
+void
+zkht_define_settings(void)
+{
+	DefineCustomIntVariable("zklock.keep_released",
+							"Sets how long this backend keeps the node of an exclusive zklock it released, to take the lock again without asking ZooKeeper.",
+							"While the node is kept, another contender's arrival makes the backend delete it at once.  0 deletes it at release.",
+							&zklock_keep_released,
+							0, 0, 3600000,
+							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+}
 
 /* Whether the session has a lease armed for one of our holds. */
 static bool lease_published = false;
@@ -266,10 +286,50 @@ release_node(HoldMode *mode)
 }
 
 /*
+ * Keep the exclusive node of a lock released, if zklock.keep_released says
+ * so and the lock has no shared node of ours: the session gives it up when
+ * anyone else comes (zk_keeping.c), and the hold's slot shows it kept till
+ * then.  Returns false if it is not kept, and the caller releases it.
+ */
+static bool
+keep_node(LockEntry *entry, int m)
+{
+	HoldMode   *mode = &entry->modes[m];
+
+	if (zklock_keep_released <= 0 || zkht_keeping_suspended || m != 0 ||
+		entry->semaphore || has_node(&entry->modes[1]))
+		return false;
+	if (!zkr_keep(entry->key, &mode->node, mode->verified_at,
+				  zklock_keep_released, mode->shown,
+				  zksh_keep_hold(mode->shown)))
+		return false;
+	mode->shown = 0;			/* the kept node's now */
+	mode->node.path[0] = '\0';
+	mode->node.czxid = 0;
+	return true;
+}
+
+/*
+ * Free the slots that showed kept nodes the session has given up since.
+ * Costs one load while none was.
+ */
+void
+zkht_collect_kept(void)
+{
+	int			slots[32];
+	int			n;
+	int			i;
+
+	while ((n = zks_take_given_up(slots, lengthof(slots))) > 0)
+		for (i = 0; i < n; i++)
+			zksh_drop_hold(slots[i]);
+}
+
+/*
  * After holds ended: release each mode that has no hold left, unless it
- * keeps our place for the other mode (see zk_holds.c's header comment);
- * drop the entry once nothing is left.  Nodes are czxid-ordered: both are
- * ours.
+ * keeps our place for the other mode (see zk_holds.c's header comment), or
+ * keep it (keep_node); drop the entry once nothing is left.  Nodes are
+ * czxid-ordered: both are ours.
  */
 bool
 zkht_settle(LockEntry *entry)
@@ -287,10 +347,10 @@ zkht_settle(LockEntry *entry)
 		if (!entry->lost && hold_count(other, HOLD_ANY) > 0 &&
 			has_node(other) && mode->node.czxid < other->node.czxid)
 			continue;
-		if (!entry->lost)
-			release_node(mode);
-		else
+		if (entry->lost)
 			mode->node.path[0] = '\0';
+		else if (!keep_node(entry, m))
+			release_node(mode);
 	}
 	for (m = 0; m < 2; m++)
 	{

@@ -73,6 +73,7 @@ zkh_define_settings(void)
 							 0,
 							 NULL, NULL, NULL);
 	zkfc_define_settings();
+	zkht_define_settings();
 	DefineCustomIntVariable("zklock.lease",
 							"Sets how long a zklock may be held before zklock gives it up by itself.",
 							"Counted from each grant; applies to the locks and slots granted while it is set.  When a hold outlives it, the backend's ZooKeeper session is given up as if it were lost: every lock it holds is released and fails closed.  0 means no lease.",
@@ -191,6 +192,7 @@ zkh_acquire(const char *parent, const char *name, bool shared, bool xact,
 	HoldMode   *mode;
 	HoldMode   *other;
 	ZkrResult	result;
+	bool		kept = false;
 
 	zkht_ensure_tables();
 	entry = zkht_enter(zkht_live, parent, name);
@@ -202,11 +204,19 @@ zkh_acquire(const char *parent, const char *name, bool shared, bool xact,
 	PG_TRY();
 	{
 		zkht_reserve_subids(mode, mode->xact_count + 1);
-		zksh_wait_begin(parent, name, shared, false, xact);
-		result = zkr_acquire(parent, shared, 0,
-							 has_node(other) ? other->node.path : NULL,
-							 data, wait, deadline, &mode->node, waited);
-		zksh_wait_end();
+		/* A node this backend kept at its last release, if nobody came. */
+		kept = !shared && !has_node(other) &&
+			zkr_take_kept(parent, &mode->node, &mode->shown);
+		if (kept)
+			result = ZKR_GRANTED;
+		else
+		{
+			zksh_wait_begin(parent, name, shared, false, xact);
+			result = zkr_acquire(parent, shared, 0,
+								 has_node(other) ? other->node.path : NULL,
+								 data, wait, deadline, &mode->node, waited);
+			zksh_wait_end();
+		}
 	}
 	PG_CATCH();
 	{
@@ -226,6 +236,8 @@ zkh_acquire(const char *parent, const char *name, bool shared, bool xact,
 		mode->verified_at = zks_connection_count();
 		add_hold(mode, xact);
 		zkht_show_entry(entry);
+		if (kept)
+			zksh_count(parent, false, ZKSH_KEPT_ACQUISITIONS, 1);
 	}
 	else if (zkht_settle(entry))
 		zkht_show_entry(entry);
@@ -295,6 +307,11 @@ zkh_release_all_session_holds(void)
 	EntryWalk	walk;
 	LockEntry  *entry;
 
+	/* Kept nodes go too, waited for as released ones, and none is kept. */
+	if (zks_give_up_kept())
+		zkht_releases_pending = true;
+	zkht_keeping_suspended = true;
+
 	zkht_walk_begin(&walk, zkht_lost, zkht_live);
 	while ((entry = zkht_walk_next(&walk)) != NULL)
 	{
@@ -309,6 +326,7 @@ zkh_release_all_session_holds(void)
 		entry->modes[1].session_count = 0;
 		zkht_settle(entry);
 	}
+	zkht_keeping_suspended = false;
 	zkht_show_holds();
 	finish_releases(true);
 	zkfc_update_cancel_on_loss();

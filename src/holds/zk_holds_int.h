@@ -166,6 +166,9 @@ zkht_walk_stop(EntryWalk *walk)
 	walk->scanning = false;
 }
 
+extern void zkht_define_settings(void);
+extern bool zkht_keeping_suspended;
+extern void zkht_collect_kept(void);
 extern HTAB *zkht_make_table(const char *name);
 extern LockEntry *zkht_enter(HTAB *table, const char *key, const char *name);
 extern void zkht_remove_entry(LockEntry *entry);

@@ -77,7 +77,7 @@ mode_name(bool shared, bool semaphore)
 	return semaphore ? "semaphore" : shared ? "shared" : "exclusive";
 }
 
-/* One row of zk_locks; holds 0 for a wait. */
+/* One row of zk_locks; holds 0 for a wait or a kept node, whose scope is NULL. */
 static void
 put_lock_row(ReturnSetInfo *rsinfo, int pid, Oid database, Datum name,
 			 const char *mode, const char *scope, int count,
@@ -91,7 +91,10 @@ put_lock_row(ReturnSetInfo *rsinfo, int pid, Oid database, Datum name,
 	values[1] = ObjectIdGetDatum(database);
 	values[2] = name;
 	values[3] = CStringGetTextDatum(mode);
-	values[4] = CStringGetTextDatum(scope);
+	if (scope)
+		values[4] = CStringGetTextDatum(scope);
+	else
+		nulls[4] = true;
 	values[5] = Int32GetDatum(count);
 	values[6] = CStringGetTextDatum(state);
 	if (node && node[0] != '\0')
@@ -112,8 +115,9 @@ put_lock_row(ReturnSetInfo *rsinfo, int pid, Oid database, Datum name,
  * waiting, as pg_locks shows them: this backend's own holds from its table
  * (with the live state of its session: held, unsure, lost), and, with
  * zklock preloaded, every other backend's holds and waits from shared
- * memory (held or lost, as that backend last knew).  A backend cannot run
- * this while it waits, so its own rows never say "waiting".
+ * memory (held or lost, as that backend last knew), and every backend's
+ * nodes kept after their release.  A backend cannot run this while it
+ * waits, so its own rows never say "waiting".
  */
 Datum
 zk_locks(PG_FUNCTION_ARGS)
@@ -154,6 +158,20 @@ zk_locks(PG_FUNCTION_ARGS)
 		ZkshHold   *h = &others[i];
 		int			scope;
 
+		/*
+		 * A node kept after its release (zklock.keep_released) is shown
+		 * while its flag says it is still kept; this backend's own too,
+		 * since its table no longer has it.
+		 */
+		if (h->session_count == 0 && h->xact_count == 0)
+		{
+			if (pg_atomic_read_u32(&h->kept) == 1)
+				put_lock_row(rsinfo, h->pid, h->database,
+							 zkt_shown_name(h->name),
+							 mode_name(h->shared, h->semaphore), NULL, 0,
+							 "kept", h->node, h->token, 0, 0);
+			continue;
+		}
 		if (h->pid == MyProcPid)
 			continue;
 		for (scope = 0; scope < 2; scope++)
@@ -485,6 +503,7 @@ static const StatColumn stat_columns[] = {
 	{ZKSH_RELEASES, STAT_COUNT, 1},
 	{ZKSH_HOLD_TIME_US, STAT_MS, 1},
 	{ZKSH_HOLD_BUCKET, STAT_HISTOGRAM, ZKSH_HOLD_BUCKETS},
+	{ZKSH_KEPT_ACQUISITIONS, STAT_COUNT, 1},
 };
 
 /* The name, then a column per entry of stat_columns. */

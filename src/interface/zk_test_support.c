@@ -110,3 +110,34 @@ zk_test_lose_session_after_grants(PG_FUNCTION_ARGS)
 	zks_test_lose_after_grants = Max(PG_GETARG_INT32(0), 0);
 	PG_RETURN_VOID();
 }
+
+PG_FUNCTION_INFO_V1(zk_test_requests_sent);
+
+/*
+ * The requests this backend's session sent through zk_requests.c, and the
+ * listings that decide whether a released node is kept (zk_keeping.c).
+ */
+Datum
+zk_test_requests_sent(PG_FUNCTION_ARGS)
+{
+	int			kept;
+	int			deciding;
+	uint64		listings;
+
+	zks_keeping_counts(&kept, &deciding, &listings);
+	PG_RETURN_INT64((int64) (zks_requests_sent() + listings));
+}
+
+PG_FUNCTION_INFO_V1(zk_test_keeping_decided);
+
+/* Is a node kept, and has every listing that decides on one answered? */
+Datum
+zk_test_keeping_decided(PG_FUNCTION_ARGS)
+{
+	int			kept;
+	int			deciding;
+	uint64		listings;
+
+	zks_keeping_counts(&kept, &deciding, &listings);
+	PG_RETURN_BOOL(kept > 0 && deciding == 0);
+}

@@ -795,6 +795,12 @@ wait_in_queue(Acquisition *acq, bool wait)
 			return acq->slots == 0 || hand_on(acq);
 		if (!wait)
 			return false;
+
+		/*
+		 * A backend that waits keeps no node: a waiter behind one of them
+		 * could otherwise be taken for part of a deadlock with us.
+		 */
+		(void) zks_give_up_kept();
 		if (first_waiter)
 		{
 			/* A semaphore's first waiter: any holder's going frees a slot. */
@@ -1065,6 +1071,60 @@ zkr_verify(const char *node_path)
 		if (!zks_wait_while_unsure())
 			return false;
 	}
+}
+
+/*
+ * Take back the node this backend kept under parent at its last release
+ * (zklock.keep_released), if nobody else came since: without a request
+ * while the leader confirmed the session within the commit check's
+ * margin, else after one sync.  On true the node is held again, in *node,
+ * with the cookie it was kept with.  False, with nothing taken, if none
+ * is kept or the session is not fine, and the caller acquires as usual.
+ */
+bool
+zkr_take_kept(const char *parent, ZkLockNode *node, int *cookie)
+{
+	TimestampTz deadline = 0;
+
+	if (!zks_keeps_any())
+		return false;
+	for (;;)
+	{
+		/* What a confirmed session's watch said is seen by the take. */
+		if (!zks_confirm_contact())
+			return false;
+		switch (zks_take_kept(parent, node->path, sizeof(node->path),
+							  &node->czxid, cookie))
+		{
+			case ZKS_KEPT_TAKEN:
+				return true;
+			case ZKS_KEPT_NONE:
+				return false;
+			case ZKS_KEPT_DECIDING:
+				break;
+		}
+		if (deadline == 0)
+			deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												   zklock_connect_timeout);
+		if (!zks_await_kept_decided(parent, deadline))
+			return false;
+	}
+}
+
+/*
+ * Keep a released node for keep_ms instead of deleting it, for
+ * zkr_take_kept; verified_on is the connection the node was last known
+ * ours on (zks_connection_count), the cookie and shown as
+ * zks_keep_released takes them.
+ * Never raises an ERROR; false if it could not, and the caller releases
+ * the node.
+ */
+bool
+zkr_keep(const char *parent, const ZkLockNode *node, uint64 verified_on,
+		 int keep_ms, int cookie, pg_atomic_uint32 *shown)
+{
+	return zks_keep_released(node->path, parent, node->czxid, verified_on,
+							 keep_ms, cookie, shown);
 }
 
 /*

@@ -11,6 +11,7 @@
 #define ZK_RECIPE_H
 
 #include "datatype/timestamp.h"
+#include "port/atomics.h"
 
 #include "base/zk_layout.h"
 
@@ -35,6 +36,10 @@ extern ZkrResult zkr_acquire(const char *parent, bool shared, int slots,
 							 bool wait, TimestampTz deadline,
 							 ZkLockNode *node, bool *waited);
 extern bool zkr_release(const char *node_path);
+extern bool zkr_take_kept(const char *parent, ZkLockNode *node, int *cookie);
+extern bool zkr_keep(const char *parent, const ZkLockNode *node,
+					 uint64 verified_on, int keep_ms, int cookie,
+					 pg_atomic_uint32 *shown);
 extern bool zkr_verify(const char *node_path);
 extern void zkr_wait_released(void);
 

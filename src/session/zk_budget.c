@@ -96,6 +96,8 @@ zks_check_node_budget(const char *prefix)
 	if (nodes < zklock_max_session_nodes &&
 		path_bytes + new_bytes <= zklock_max_session_path_bytes)
 		return;
+	/* Nodes kept after their release make room first. */
+	(void) zks_give_up_kept();
 	if (deleting_any())
 	{
 		zks_settle(Min(zklock_connect_timeout, BUDGET_SETTLE_MS));

@@ -615,6 +615,51 @@ zkj_release_held_locked(void)
 		task->held = false;
 }
 
+/* Is a node under parent held?  Caller holds zks_mutex. */
+bool
+zkj_holds_under_locked(const char *parent)
+{
+	size_t		len = strlen(parent);
+	JanitorTask *task;
+
+	for (task = janitor_tasks; task; task = task->next)
+		if (task->held && !task->sweep &&
+			strncmp(task->path, parent, len) == 0 && task->path[len] == '/')
+			return true;
+	return false;
+}
+
+/* Is this node held, in the list?  Caller holds zks_mutex. */
+bool
+zkj_is_held_locked(const char *path)
+{
+	JanitorTask *task;
+
+	for (task = janitor_tasks; task; task = task->next)
+		if (task->held && !task->sweep && strcmp(task->path, path) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * A held node is given up (a kept node, zk_keeping.c): it is to be deleted.
+ * Returns whether it was held, and so has a delete to send; the caller
+ * kicks the janitor once it has let the mutex go.  Caller holds zks_mutex.
+ */
+bool
+zkj_give_up_held_locked(const char *path)
+{
+	JanitorTask *task;
+
+	for (task = janitor_tasks; task; task = task->next)
+		if (task->held && !task->sweep && strcmp(task->path, path) == 0)
+		{
+			task->held = false;
+			return true;
+		}
+	return false;
+}
+
 /* Is any task waiting for its reply?  Caller holds zks_mutex. */
 bool
 zkj_busy_locked(void)

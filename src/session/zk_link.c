@@ -45,6 +45,11 @@ static pthread_t watchdog_thread;
 static bool watchdog_running = false;
 static bool watchdog_stop = false;
 
+/* Whether the watchdog sleeps, and until when if it set a time; zks_mutex. */
+static bool watchdog_sleeping = false;
+static bool watchdog_until_set = false;
+static struct timespec watchdog_until;
+
 int
 zks_negotiated_timeout(void)
 {
@@ -152,10 +157,36 @@ zkln_wake_watchdog_locked(void)
 void
 zkln_watchdog_sleep_locked(const struct timespec *until)
 {
+	watchdog_sleeping = true;
+	watchdog_until_set = until != NULL;
 	if (until)
+	{
+		watchdog_until = *until;
 		pthread_cond_timedwait(&watchdog_cond, &zks_mutex, until);
+	}
 	else
 		pthread_cond_wait(&watchdog_cond, &zks_mutex);
+	watchdog_sleeping = false;
+}
+
+/*
+ * Have the watchdog look again by due (CLOCK_MONOTONIC) at the latest: a
+ * new deadline.  It is woken only if it sleeps past due, so that a lock
+ * cycle that sets a deadline each time costs no wake-up while the watchdog
+ * is due to look before it anyway (it then sees the deadline).  Caller
+ * holds zks_mutex.
+ */
+void
+zkln_wake_watchdog_by_locked(const struct timespec *due)
+{
+	if (!watchdog_sleeping)
+		return;					/* it looks again before it sleeps */
+	if (watchdog_until_set &&
+		(watchdog_until.tv_sec < due->tv_sec ||
+		 (watchdog_until.tv_sec == due->tv_sec &&
+		  watchdog_until.tv_nsec <= due->tv_nsec)))
+		return;
+	pthread_cond_signal(&watchdog_cond);
 }
 
 /* For the watchdog: has the backend asked it to end?  Caller holds zks_mutex. */

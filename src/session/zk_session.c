@@ -108,6 +108,7 @@ zks_session_watcher(zhandle_t *handle, int type, int state, const char *path,
 		{
 			zks_link.expired = true;
 			zkj_clear_locked();
+			zkk_clear_locked();
 		}
 		else if (state == ZOO_AUTH_FAILED_STATE)
 			zks_link.auth_failed = true;
@@ -511,6 +512,7 @@ zks_close(void)
 	zks_zh = NULL;
 	zks_link.generation++;
 	zkj_clear_locked();
+	zkk_clear_locked();
 	zks_show_state_locked();
 	pthread_mutex_unlock(&zks_mutex);
 

@@ -6,9 +6,9 @@
  *	  (zk_session_state.c), opening it (zk_session.c), waiting for replies
  *	  and watches (zk_wait.c), noticing its loss (zk_watchdog.c), its
  *	  settings (zk_settings.c), the client library's own messages
- *	  (zk_client_log.c), the budget of nodes it may have (zk_budget.c), and
- *	  the janitor that makes sure abandoned lock nodes are deleted
- *	  (zk_janitor.c).  Each section below is made by the file it names.
+ *	  (zk_client_log.c), the budget of nodes it may have (zk_budget.c),
+ *	  nodes kept after their release (zk_keeping.c), and the janitor that
+ *	  makes sure abandoned lock nodes are deleted (zk_janitor.c).  Each section below is made by the file it names.
  *
  *-------------------------------------------------------------------------
  */
@@ -133,6 +133,7 @@ extern bool zks_await_watch(uint64 generation, TimestampTz deadline);
 extern bool zks_await_connected(TimestampTz deadline);
 extern bool zks_wait_while_unsure(void);
 extern void zks_settle(int timeout_ms);
+extern bool zks_await_kept_decided(const char *parent, TimestampTz deadline);
 
 /* zk_watchdog.c: the loss, its cancels, the lease */
 extern void zks_set_cancel_on_loss(bool cancel);
@@ -157,6 +158,26 @@ extern void zks_log_client_messages(void);
 /* zk_budget.c: the nodes a session may have */
 extern void zks_define_budget_settings(void);
 extern void zks_check_node_budget(const char *prefix);
+
+/* zk_keeping.c: nodes kept after their release (zklock.keep_released) */
+typedef enum ZksKeptTake
+{
+	ZKS_KEPT_NONE,
+	ZKS_KEPT_TAKEN,
+	ZKS_KEPT_DECIDING
+} ZksKeptTake;
+
+extern bool zks_keep_released(const char *path, const char *parent,
+							  int64 czxid, uint64 verified_on, int keep_ms,
+							  int cookie, pg_atomic_uint32 *shown);
+extern ZksKeptTake zks_take_kept(const char *parent, char *path,
+								 size_t path_size, int64 *czxid, int *cookie);
+extern bool zks_kept_deciding(const char *parent);
+extern bool zks_keeps_any(void);
+extern bool zks_give_up_kept(void);
+extern int	zks_take_given_up(int *cookies, int max);
+extern void zks_forget_kept_shown(void);
+extern void zks_keeping_counts(int *kept, int *deciding, uint64 *listings);
 
 /* zk_janitor.c: deleting the nodes given up; zks_test_lose_after_grants
  * is for the fault tests only (see zks_keep_node) */

@@ -15,6 +15,8 @@
  *						the lease
  *	  zk_session_state.c	the session's state, its id, and parking it
  *						while idle
+ *	  zk_keeping.c		nodes kept after their release, and giving them
+ *						up when anyone else comes
  *	  zk_janitor.c		deleting the nodes a backend gives up
  *	  zk_requests.c		requests and their completions, the
  *						watch-then-list handoff, request errors
@@ -80,6 +82,12 @@ extern void zks_show_state_locked(void);
 extern bool zks_idle_since_locked(struct timespec *since, int *ms);
 extern void zks_close_idle_locked(void);
 
+/* zk_keeping.c, for the session */
+extern bool zkk_give_up_due_locked(const struct timespec *now,
+								   struct timespec *next, bool *any);
+extern void zkk_lost_locked(void);
+extern void zkk_clear_locked(void);
+
 /* zk_janitor.c, for the session */
 extern void zkj_kick(zhandle_t *handle);
 extern void zkj_clear_locked(void);
@@ -90,6 +98,9 @@ extern bool zkj_refusal_locked(char *buf, size_t size);
 extern void zkj_forget_refusal_locked(void);
 extern void zkj_footprint(int *nodes, int64 *path_bytes);
 extern bool zkj_deleting_any_locked(void);
+extern bool zkj_give_up_held_locked(const char *path);
+extern bool zkj_is_held_locked(const char *path);
+extern bool zkj_holds_under_locked(const char *parent);
 
 /* zk_requests.c */
 typedef struct PendingListing PendingListing;
@@ -193,6 +204,7 @@ extern int	zkln_wake_fd(void);
 extern void zkln_wake_backend(void);
 extern void zkln_prepare_watchdog(void);
 extern void zkln_wake_watchdog_locked(void);
+extern void zkln_wake_watchdog_by_locked(const struct timespec *due);
 extern void zkln_watchdog_sleep_locked(const struct timespec *until);
 extern bool zkln_watchdog_stopping_locked(void);
 extern bool zkln_start_watchdog(void *(*main) (void *));

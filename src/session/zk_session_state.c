@@ -228,6 +228,7 @@ void
 zks_set_idle(void)
 {
 	int			timeout = zkset_idle_session_timeout();
+	struct timespec due;
 
 	if (parked_here || zks_zh == NULL || timeout <= 0)
 		return;
@@ -235,7 +236,15 @@ zks_set_idle(void)
 	parked = parked_here = true;
 	clock_gettime(CLOCK_MONOTONIC, &idle_since);
 	idle_close_ms = timeout;
-	zkln_wake_watchdog_locked();
+	due = idle_since;
+	due.tv_sec += timeout / 1000;
+	due.tv_nsec += (long) (timeout % 1000) * 1000000;
+	if (due.tv_nsec >= 1000000000)
+	{
+		due.tv_sec++;
+		due.tv_nsec -= 1000000000;
+	}
+	zkln_wake_watchdog_by_locked(&due);
 	pthread_mutex_unlock(&zks_mutex);
 }
 
@@ -251,6 +260,7 @@ forget_idle_closed_locked(void)
 	parked = parked_here = false;
 	zks_zh = NULL;
 	zkj_clear_locked();
+	zkk_clear_locked();
 	zks_show_state_locked();
 	pthread_mutex_unlock(&zks_mutex);
 	/* The watchdog has left its loop: this only joins it. */
@@ -392,6 +402,7 @@ zks_close_idle_locked(void)
 
 	idle_close = IDLE_CLOSING;
 	zks_link.generation++;
+	zkk_clear_locked();			/* kept nodes go with the session */
 	zks_show_state_locked();
 	pthread_mutex_unlock(&zks_mutex);
 	zookeeper_close(handle);

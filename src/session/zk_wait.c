@@ -248,6 +248,24 @@ zks_settle(int timeout_ms)
 	}
 }
 
+static bool
+kept_decided(const void *arg)
+{
+	return !zks_kept_deciding((const char *) arg);
+}
+
+/*
+ * Wait until the listing that decides whether a node under parent is kept
+ * has answered, until deadline (0: the session's checks bound it); false
+ * if it did not.
+ */
+bool
+zks_await_kept_decided(const char *parent, TimestampTz deadline)
+{
+	return await_until(kept_decided, parent, deadline, true,
+					   request_wait_event);
+}
+
 /*
  * Make what the waits need, once per backend: the eventfd, the named wait
  * events, and the set that waits for them.

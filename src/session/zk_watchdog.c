@@ -323,8 +323,10 @@ watchdog_main(void *arg)
 		struct timespec idle_due;
 		struct timespec idle_since;
 		struct timespec last_heard;
+		struct timespec keep_due;
 		int			idle_ms;
 		bool		idle;
+		bool		keeping;
 
 		clock_gettime(CLOCK_MONOTONIC, &now);
 
@@ -360,6 +362,7 @@ watchdog_main(void *arg)
 
 				loss_acted_on = true;
 				zkj_release_held_locked();
+				zkk_lost_locked();
 				if (cancel_on_loss && statement_running && !committing)
 				{
 					/* Sent under the mutex: see take_back_loss_cancel. */
@@ -402,7 +405,21 @@ watchdog_main(void *arg)
 			send_heartbeat_locked(&now);
 			continue;
 		}
-		/* Wake when the loss would be due, the next heartbeat, or the lease. */
+		/* Nodes kept past zklock.keep_released go to the janitor. */
+		if (zkk_give_up_due_locked(&now, &keep_due, &keeping))
+		{
+			zhandle_t  *handle = zks_zh;
+
+			pthread_mutex_unlock(&zks_mutex);
+			if (handle != NULL)
+				zkj_kick(handle);
+			pthread_mutex_lock(&zks_mutex);
+			continue;
+		}
+		/*
+		 * Wake when the loss would be due, the next heartbeat, the lease, or
+		 * a kept node's time.
+		 */
 		until = plus_ms(&last_heard, zks_link.negotiated_timeout + 1);
 		if (zks_link.conn_state == ZOO_CONNECTED_STATE && !heartbeat_in_flight &&
 			zkct_later(&until, &beat_due))
@@ -411,6 +428,8 @@ watchdog_main(void *arg)
 			until = lease_deadline;
 		if (idle && zkct_later(&until, &idle_due))
 			until = idle_due;
+		if (keeping && zkct_later(&until, &keep_due))
+			until = keep_due;
 		zks_show_state_locked();
 		zkln_watchdog_sleep_locked(&until);
 	}

@@ -216,6 +216,8 @@ startup_shmem(void)
 		state->sessions = (SessionSlot *) (next + max_shown_holds * sizeof(ZkshHold) +
 										   MaxBackends * sizeof(ZkshWait));
 		memset(state->holds, 0, max_shown_holds * sizeof(ZkshHold));
+		for (i = 0; i < max_shown_holds; i++)
+			pg_atomic_init_u32(&state->holds[i].kept, 0);
 		memset(state->waits, 0, MaxBackends * sizeof(ZkshWait));
 		for (i = 0; i < MaxBackends; i++)
 		{
@@ -365,9 +367,13 @@ drop_all_at_exit(int code, Datum arg)
 	TimestampTz now = GetCurrentTimestamp();
 	int			i;
 
-	/* The session outlives this callback: stop it writing to its slot. */
+	/*
+	 * The session outlives this callback: stop it writing to its slot, and
+	 * to the kept flags of the hold slots.
+	 */
 	if (my_session > 0)
 		zks_show_state_in(NULL, NULL);
+	zks_forget_kept_shown();
 	LWLockAcquire(state->lock, LW_EXCLUSIVE);
 	for (i = 0; i < state->nholds; i++)
 		if (state->holds[i].pid == MyProcPid)
@@ -440,6 +446,7 @@ zksh_put_hold(int slot, const char *parent, bool shared, bool semaphore,
 			len = sizeof(h->node) - 1;
 		memcpy(h->node, node, len);
 		h->node[len] = '\0';
+		pg_atomic_write_u32(&h->kept, 0);
 	}
 	h->lost = lost;
 	h->session_count = session_count;
@@ -477,6 +484,29 @@ zksh_show_session(void)
 	LWLockRelease(state->lock);
 	if (slot != NULL)
 		zks_show_state_in(&slot->state, &slot->since);
+}
+
+/*
+ * The hold shown in slot ended, and its node is kept (zklock.keep_released):
+ * count the hold's end, and show the slot as kept from now on.  Returns the
+ * slot's kept flag, for the session to clear when it gives the node up, or
+ * NULL if nothing is shown.
+ */
+pg_atomic_uint32 *
+zksh_keep_hold(int slot)
+{
+	ZkshHold   *h;
+
+	if (state == NULL || slot == 0 || exited)
+		return NULL;
+	h = &state->holds[slot - 1];
+	LWLockAcquire(state->lock, LW_EXCLUSIVE);
+	count_hold_locked(h, GetCurrentTimestamp());
+	h->session_count = 0;
+	h->xact_count = 0;
+	h->since = 0;				/* counted: dropping it counts nothing */
+	LWLockRelease(state->lock);
+	return &h->kept;
 }
 
 /* The hold shown in slot ended: count it, and free the slot. */

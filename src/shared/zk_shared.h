@@ -31,6 +31,12 @@ typedef struct ZkshHold
 	int			xact_count;
 	int64		token;
 	TimestampTz since;
+	/*
+	 * With no holds: 1 while the node is kept after its release
+	 * (zklock.keep_released), written by whoever keeps or gives it up, the
+	 * client library's threads included; 0 once given up.
+	 */
+	pg_atomic_uint32 kept;
 	char		node[ZKL_NODE_MAX];
 } ZkshHold;
 
@@ -86,7 +92,8 @@ typedef enum ZkshCounter
 	ZKSH_RELEASES = ZKSH_WAIT_BUCKET + ZKSH_WAIT_BUCKETS,
 	ZKSH_HOLD_TIME_US,
 	ZKSH_HOLD_BUCKET,			/* the first of ZKSH_HOLD_BUCKETS */
-	ZKSH_NCOUNTERS = ZKSH_HOLD_BUCKET + ZKSH_HOLD_BUCKETS
+	ZKSH_KEPT_ACQUISITIONS = ZKSH_HOLD_BUCKET + ZKSH_HOLD_BUCKETS,
+	ZKSH_NCOUNTERS
 } ZkshCounter;
 
 /* Per-lock statistics, as shown by zk_stat_locks. */
@@ -107,6 +114,7 @@ extern int	zksh_put_hold(int slot, const char *parent, bool shared,
 						  int xact_count, const char *node, int64 token,
 						  TimestampTz since);
 extern void zksh_drop_hold(int slot);
+extern pg_atomic_uint32 *zksh_keep_hold(int slot);
 
 extern void zksh_show_session(void);
 
