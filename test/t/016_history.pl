@@ -2,7 +2,11 @@
 #
 # Clients on two clusters take one lock, exclusive and shared, at session
 # and transaction level, and one semaphore of 2 slots, beside a kazoo Lock
-# on the same lock, and two more clients on a second lock; each records
+# on the same lock, and two more clients on a second lock; two of the
+# exclusive clients keep their nodes after each release
+# (zklock.keep_released), taking them again or giving them up to the
+# others, and on a third lock a keeper takes its node back while a
+# visitor comes now and then; each records
 # every hold (test/tools/history_check.pl says how), and the writes under
 # them are judged by their commit timestamps, while the leader is killed
 # and restarted, a follower and the leader are paused past syncLimit x
@@ -13,7 +17,7 @@
 # the client it aimed at reporting the loss of its session; every kind must
 # have hit.  The checker then requires that no two vouched holds overlap
 # beyond the mode, kazoo's among them, that fencing tokens grow in grant
-# order, that no hold frozen past the session timeout was vouched for, and
+# order (a kept node taken again brings its token back), that no hold frozen past the session timeout was vouched for, and
 # that every client made progress once the faults stopped; and, with every
 # session still open, no node is left.  Some handoffs must have been
 # granted by the predecessor's deletion alone (zk_recipe.c), so that rule
@@ -53,6 +57,7 @@ my $session_timeout = 6;
 my $root = '/zklock_t016';
 my $lock = 'h';
 my $pair_lock = 'hp';
+my $keep_lock = 'hk';
 my $semaphore = 'hs';
 my $slots = 2;
 my $checker = "$ENV{ZKLOCK_SRC}/test/tools/history_check.pl";
@@ -107,7 +112,10 @@ my $clean = hold_line(client => 'a', acq => 10, token => 1, rel => 10.5, relok =
   . hold_line(client => 'g', acq => 27, token => 8, rel => 27.5, relok => 1)
   # A freeze no longer than the session timeout costs no hold.
   . hold_line(client => 'h', pid => 8, acq => 30, token => 9, rel => 36, relok => 1)
-  . "freeze pid=8 from=30.5 to=36.4\n";
+  . "freeze pid=8 from=30.5 to=36.4\n"
+  # A node kept after its release and taken again: the same token twice.
+  . hold_line(client => 'k', pid => 9, acq => 40, token => 10, rel => 40.5, relok => 1)
+  . hold_line(client => 'k', pid => 9, acq => 41, token => 10, rel => 41.5, relok => 1);
 my @self_tests = (
 	[ 'a clean history', $clean, undef ],
 	[ 'a kazoo hold overlapping an exclusive zklock hold',
@@ -136,6 +144,10 @@ my @self_tests = (
 		hold_line(client => 'a', acq => 10, token => 5, rel => 10.5, relok => 1)
 		  . hold_line(client => 'b', acq => 11, token => 4, rel => 11.5, relok => 1),
 		qr/token 4 of b .* is not larger than 5/ ],
+	[ 'another backend\'s hold with the same token',
+		hold_line(client => 'a', pid => 1, acq => 10, token => 5, rel => 10.5, relok => 1)
+		  . hold_line(client => 'b', pid => 2, acq => 11, token => 5, rel => 11.5, relok => 1),
+		qr/token 5 of b .* is not larger than 5/ ],
 	[ 'a write committed after a freeze past the session timeout',
 		hold_line(client => 'f', pid => 7, acq => 20, token => 7)
 		  . "commit hold=f:20 at=28.4\nfreeze pid=7 from=20.2 to=28.3\n",
@@ -205,7 +217,16 @@ my %clients = (
 	# Two exclusive clients alone on a lock of their own: each usually
 	# queues behind the other's hold alone, and is granted by its deletion.
 	'east-pair-session' => [ $east, 'pair', 'session' ],
-	'west-pair-xact' => [ $west, 'pair', 'xact' ]);
+	'west-pair-xact' => [ $west, 'pair', 'xact' ],
+	# Two that keep their nodes after each release (zklock.keep_released),
+	# so that nodes kept, taken again and given up to the others are in
+	# the history too.
+	'east-x-session-kept' => [ $east, 'exclusive', 'session', undef, 1 ],
+	'west-x-xact-kept' => [ $west, 'exclusive', 'xact', undef, 1 ],
+	# A keeper on a lock of its own, mostly taking its node back, and a
+	# visitor that comes now and then and makes it give the node up.
+	'east-keeper-session' => [ $east, 'keep', 'session', undef, 1 ],
+	'west-keep-visitor-xact' => [ $west, 'keep', 'xact', undef, 0, 0.5 ]);
 
 # The SQL of each mode at each scope: acquire (with a timeout), token,
 # release (session level).
@@ -225,6 +246,11 @@ my %sql = (
 		xact => "SELECT zk_xact_lock('$pair_lock', '3s')",
 		token => "SELECT zk_lock_token('$pair_lock')",
 		release => "SELECT zk_unlock('$pair_lock')" },
+	keep => {
+		session => "SELECT zk_lock('$keep_lock', '3s')",
+		xact => "SELECT zk_xact_lock('$keep_lock', '3s')",
+		token => "SELECT zk_lock_token('$keep_lock')",
+		release => "SELECT zk_unlock('$keep_lock')" },
 	slot => {
 		session => "SELECT zk_semaphore_acquire('$semaphore', $slots, '3s')",
 		xact => "SELECT zk_xact_semaphore_acquire('$semaphore', $slots, '3s')",
@@ -264,7 +290,8 @@ sub one_hold
 {
 	my ($dbh, $h, $client, $mode, $scope, $pid, $id) = @_;
 	my $s = $sql{$mode};
-	my $res = $mode eq 'slot' ? $semaphore : $mode eq 'pair' ? $pair_lock : $lock;
+	my $res = $mode eq 'slot' ? $semaphore : $mode eq 'pair' ? $pair_lock
+	  : $mode eq 'keep' ? $keep_lock : $lock;
 	$dbh->begin_work if $scope eq 'xact';
 	my ($got) = $dbh->selectrow_array($s->{$scope});
 	if (!$got)
@@ -273,7 +300,7 @@ sub one_hold
 		return;
 	}
 	%$h = (client => $client, pid => $pid, id => $id, res => $res,
-		mode => $mode eq 'pair' ? 'exclusive' : $mode,
+		mode => $mode eq 'pair' || $mode eq 'keep' ? 'exclusive' : $mode,
 		slots => $mode eq 'slot' ? $slots : 0, acq => now(), token => 0,
 		rel => 0, reldone => 0, relok => 0);
 	($h->{token}) = $dbh->selectrow_array($s->{token});
@@ -348,7 +375,7 @@ sub one_hold
 
 sub sql_worker
 {
-	my ($client, $node, $mode, $scope, $hosts) = @_;
+	my ($client, $node, $mode, $scope, $hosts, $keep, $pause) = @_;
 	my $dsn = 'dbi:Pg:host=' . $node->host . ';port=' . $node->port . ';dbname=postgres';
 	open my $out, '>>', "$dir/$client.history" or die;
 	$out->autoflush(1);
@@ -370,6 +397,7 @@ sub sql_worker
 				$d->do("SET log_min_messages = debug2");
 				$d->do("SET zklock.hosts = '$hosts'") if $hosts;
 				$d->do("SET zklock.fail_closed = $fail_closed");
+				$d->do("SET zklock.keep_released = '5s'") if $keep;
 				$d;
 			};
 			if (!$dbh)
@@ -392,8 +420,11 @@ sub sql_worker
 			$dbh = undef if !$dbh->ping;
 			sleep 0.1;
 		}
-		sleep rand 0.03;
+		sleep($pause // rand 0.03);
 	}
+	# A kept node outlives the last release: give it up, so that none is
+	# left at the end.
+	eval { $dbh->do('SELECT zk_unlock_all()') } if $dbh && $keep;
 	open my $done, '>', "$dir/$client.done" or die;
 	close $done;
 	sleep 0.1 until -e "$dir/quit" || getppid() != $driver;
@@ -668,6 +699,9 @@ my $by_deletion = () = (slurp_file($east->logfile) . slurp_file($west->logfile))
   =~ /granted by the deletion of the one it watched/g;
 diag("handoffs granted by a deletion alone: $by_deletion");
 cmp_ok($by_deletion, '>', 0, 'with handoffs granted by a deletion alone among them');
+my ($taken_again) = $out =~ /kept node taken again: (\d+)/;
+diag("exclusive holds on a kept node taken again: " . ($taken_again // 0));
+cmp_ok($taken_again // 0, '>', 0, 'with kept nodes taken again among them');
 
 if ($broken_seconds)
 {

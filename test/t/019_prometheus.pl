@@ -133,6 +133,7 @@ run_sql($b, "SELECT zk_unlock('prom_b')");
 $m = scrape();
 my %want = (
 	'zklock_stat_locks_acquisitions{name=prom_a}' => 2,
+	'zklock_stat_locks_kept_acquisitions{name=prom_a}' => 0,
 	'zklock_stat_locks_waits{name=prom_a}' => 0,
 	'zklock_stat_locks_acquisitions{name=prom_b}' => 2,
 	'zklock_stat_locks_waits{name=prom_b}' => 2,

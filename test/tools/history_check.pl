@@ -45,7 +45,9 @@
 #   - two vouched intervals of one lock that overlap, unless both shared;
 #   - more vouched intervals of one semaphore at once than its slots;
 #   - a vouched exclusive hold whose token is not larger than the token of
-#     every vouched hold of that lock that began before it;
+#     every vouched hold of that lock that began before it, unless it is
+#     equal to that of the latest such hold, by the same backend (a node
+#     kept after its release and taken again, zklock.keep_released);
 #   - a hold of a backend frozen for longer than the session timeout,
 #     taken before the freeze, that something after the freeze ended
 #     vouched for (a write that committed then, a release sent then that
@@ -142,12 +144,14 @@ sub describe
 
 # Overlaps, resource by resource: a sweep in order of acquisition.
 my %by_res;
+my $taken_again = 0;
 push @{ $by_res{ $_->{res} } }, $_ for @holds;
 for my $res (sort keys %by_res)
 {
 	my @sorted = sort { $a->{acq} <=> $b->{acq} } @{ $by_res{$res} };
 	my @active;
 	my $max_token = 0;
+	my $max_pid = '';
 	for my $h (@sorted)
 	{
 		@active = grep { $_->{end} > $h->{acq} } @active;
@@ -167,10 +171,13 @@ for my $res (sort keys %by_res)
 				push @violations, sprintf('%s: two holders: %s and %s', $res,
 					describe($other), describe($h));
 			}
+			my $again = $h->{mode} eq 'exclusive' && $h->{token} == $max_token &&
+			  $h->{pid} eq $max_pid;
+			$taken_again++ if $again;
 			push @violations, sprintf('%s: token %s of %s is not larger than %s, held before',
 				$res, $h->{token}, describe($h), $max_token)
-			  if $h->{mode} eq 'exclusive' && $h->{token} <= $max_token;
-			$max_token = $h->{token} if $h->{token} > $max_token;
+			  if $h->{mode} eq 'exclusive' && $h->{token} <= $max_token && !$again;
+			($max_token, $max_pid) = ($h->{token}, $h->{pid}) if $h->{token} > $max_token;
 		}
 		push @active, $h;
 	}
@@ -204,6 +211,7 @@ if (defined $quiet_from)
 printf "history: %d vouched holds by %d clients on %d resources, %d freezes, %d violations\n",
   scalar @holds, scalar keys %clients, scalar keys %by_res, scalar @freezes,
   scalar @violations;
+printf "exclusive holds on a kept node taken again: %d\n", $taken_again;
 for my $res (sort keys %by_res)
 {
 	my %by = map { $_->{client} => 1 } @{ $by_res{$res} };
