@@ -71,6 +71,7 @@ if QUICK:
     DETECTION_K = 4
     CONTENTION_S = env_int("BENCH_CONTENTION_SECONDS", 1)
     FIFO_WAITERS = 5
+    KEEP_N, KEEP_WAITS = 200, 5
     RSS_SAMPLES = 1
     LEAK_WARM, LEAK_CYCLES, LEAK_CHUNKS = 100, 500, 2
     CURATOR_JVM_WARMUP = 100
@@ -84,12 +85,27 @@ else:
     DETECTION_K = 10
     CONTENTION_S = env_int("BENCH_CONTENTION_SECONDS", 5)
     FIFO_WAITERS = 200
+    KEEP_N, KEEP_WAITS = 10000, 50
     RSS_SAMPLES = 5
     LEAK_WARM, LEAK_CYCLES, LEAK_CHUNKS = 2000, 100000, 10
     CURATOR_JVM_WARMUP = 2000
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 T0 = time.monotonic()
+
+# Keeping (zklock.keep_released): set only in the PGOPTIONS of the backends
+# that measure it, on lock names of their own ('k', 'kw', 'kb'), so no other
+# figure runs with it.  60 s outlasts every run; a kept node goes with its
+# backend's session when pgbench ends.
+KEEP_OPTIONS = "-c zklock.keep_released=60s"
+# A kept cycle takes about as long as an advisory one, a few hundredths of
+# a ms: N of them last a few tens of ms, which one hiccup of the machine
+# swamps.  KEEP_N cycles on each side of that ratio last a second or so.
+# The waiter of the keeping figure asks every KEEP_WAIT_GAP s ("now and
+# then": the keeper is back to taking its kept node long before), and gives
+# up after KEEP_WAIT_LIMIT rather than hang if the keeper does not let go.
+KEEP_WAIT_GAP = 0.2
+KEEP_WAIT_LIMIT = "5 s"
 
 
 class BenchError(Exception):
@@ -700,6 +716,137 @@ def floor_requeue(k, rep, burn_us=0):
     return mean, own_cpu, sampler.per_handoff_ms(take_stamps(stamps))
 
 
+def lock_stats(name):
+    """(acquisitions, kept_acquisitions) of a lock name, server-wide
+    (zk_stat_locks)."""
+    out = psql_one("SELECT coalesce(sum(acquisitions), 0) || ' ' || "
+                   "coalesce(sum(kept_acquisitions), 0) FROM zk_stat_locks "
+                   "WHERE name = '%s'" % name)
+    acquisitions, kept = out.split()
+    return int(acquisitions), int(kept)
+
+
+def keep_cycle(rep):
+    """The uncontended cycle with keeping on: pgbench -c 1 on a name of its
+    own; its backend keeps the node at each release and takes it back at
+    the next zk_lock.  Also what share of the cycles took the kept node."""
+    before = lock_stats("k")
+    v = pgbench_period_ms(SQL["keep"], KEEP_N, WARMUP, "keep", options=KEEP_OPTIONS)
+    after = lock_stats("k")
+    RES.add("keep_cycle_kept", (after[1] - before[1]) / (WARMUP + KEEP_N))
+    return v
+
+
+class KeepLoop(object):
+    """A backend looping zk_lock + zk_unlock on name with keeping on
+    (pgbench -c 1), in the background until stopped: the keeper."""
+
+    def __init__(self, name):
+        self.name = name
+        script = write_file("keep-%s.sql" % name, "SELECT zk_lock('%s');\n"
+                            "SELECT zk_unlock('%s');\n" % (name, name))
+        self.before = lock_stats(name)
+        self.out = open(scratch("keep-%s.log" % name), "w+")
+        # -T far beyond any use: stop() ends it.
+        self.p = subprocess.Popen([PGBENCH, "-n", "-f", script, "-c", "1", "-T", "900"],
+                                  stdout=self.out, stderr=subprocess.STDOUT, cwd=SCRATCH,
+                                  env=pg_env(KEEP_OPTIONS))
+        # Started once its cycles take the kept node (its first cycles open
+        # the session and make the node).
+        deadline = time.monotonic() + 30
+        while lock_stats(name)[1] - self.before[1] < WARMUP:
+            self.check_running()
+            if time.monotonic() > deadline:
+                self.kill()
+                raise BenchError("keeping loop on '%s': not taking its kept node after 30 s"
+                                 % name)
+            time.sleep(0.05)
+
+    def check_running(self):
+        if self.p.poll() is not None:
+            self.out.seek(0)
+            raise BenchError("keeping loop on '%s' ended (exit %s):\n%s"
+                             % (self.name, self.p.returncode, self.out.read()[-2000:]))
+
+    def stop(self):
+        """Returns the name's (acquisitions, kept acquisitions) since the
+        start, read while the loop still runs; an error if it had ended."""
+        after = lock_stats(self.name)
+        self.check_running()
+        self.kill()
+        return after[0] - self.before[0], after[1] - self.before[1]
+
+    def kill(self):
+        if self.p.poll() is None:
+            self.p.terminate()
+            self.p.wait()
+        self.out.close()
+
+
+def floor_yield_busy():
+    """floor yield while a keeper loops on another name: the machine as
+    busy as while the keeping figure's waiter waits."""
+    loop = KeepLoop("kb")
+    try:
+        v, _ = floor("yield")
+        loop.stop()
+    finally:
+        loop.kill()
+    return v
+
+
+def keep_waits(rep):
+    """A keeper loops zk_lock + zk_unlock on 'kw' with keeping on; a second
+    backend of the same cluster (its own ZooKeeper session, keeping off)
+    asks for the lock every KEEP_WAIT_GAP s, stamping clock_timestamp()
+    just before its zk_lock and as it returns, in the statement that takes
+    the lock (a target list is evaluated in order).  Returns the mean wait
+    from request to grant; records the keeper's cycles served from its
+    kept node."""
+    waiter = Psql("zkbench-keep-waiter")
+    try:
+        # Its session opens at its first lock: before the keeper runs.
+        waiter.query("SELECT zk_lock('kw')")
+        waiter.query("SELECT zk_unlock('kw')")
+        keeper = KeepLoop("kw")
+        try:
+            waits = []
+            # The first request is a warm-up.
+            for i in range(KEEP_WAITS + 1):
+                time.sleep(KEEP_WAIT_GAP)
+                asked, got, granted = waiter.value(
+                    "SELECT extract(epoch FROM clock_timestamp()), "
+                    "zk_lock('kw', interval '%s'), extract(epoch FROM clock_timestamp())"
+                    % KEEP_WAIT_LIMIT).split("|")
+                if got != "t":
+                    raise BenchError("the waiter was not granted within %s: the keeper kept "
+                                     "its node" % KEEP_WAIT_LIMIT)
+                waiter.query("SELECT zk_unlock('kw')")
+                if i > 0:
+                    waits.append((float(granted) - float(asked)) * 1e3)
+            acquisitions, kept = keeper.stop()
+        finally:
+            keeper.kill()
+    finally:
+        waiter.close()
+    cycles = acquisitions - (KEEP_WAITS + 1)
+    mean = statistics.mean(waits)
+    RES.add("keep_waiter_ms", mean)
+    RES.add("keep_waiter_p50_ms", statistics.median(waits))
+    RES.add("keep_waiter_max_ms", max(waits))
+    waits.sort()
+    log("keeping: the waiter's %d waits, ms: min %.3f, p50 %.3f, p90 %.3f, max %.3f"
+        % (len(waits), waits[0], statistics.median(waits), waits[int(0.9 * (len(waits) - 1))],
+           waits[-1]))
+    RES.add("keep_keeper_cycles", cycles)
+    RES.add("keep_keeper_kept", kept / cycles)
+    # Besides its first cycle (no node yet), each request costs the keeper
+    # the cycle it queues behind the waiter in; more would be kept nodes
+    # given up for nothing.
+    RES.add("keep_keeper_not_kept_per_wait", (cycles - 1 - kept) / (KEEP_WAITS + 1))
+    return mean
+
+
 class Capture(object):
     """tcpdump on the loopback, writing the ensemble's client traffic to a
     pcap file until stopped."""
@@ -1069,6 +1216,35 @@ def repeat(rep, kazoo, curator):
         RES.add("ratio_detection_on_off", on / off)
         log("contention %d backends: release -> next grant %.3f ms with deadlock detection, "
             "%.3f ms without (%.3f x)" % (k, on, off, on / off))
+    # Keeping last, so that the figures above run as they did; its lock
+    # names are its own.  The kept cycle, back to back with an advisory
+    # cycle of as many cycles.
+    kac = attempt("advisory cycle, long", pgbench_period_ms, SQL["advisory"], KEEP_N, WARMUP,
+                  "keep_advisory")
+    RES.add("keep_advisory_cycle", kac)
+    kc = attempt("keeping cycle", keep_cycle, rep)
+    RES.add("keep_cycle", kc)
+    RES.add("ratio_keep_cycle", kc / kac)
+    log("zklock cycle with keeping %.4f ms (%.3f x advisory cycle of as many cycles, %.4f ms; "
+        "%.4f of the cycles from the kept node)"
+        % (kc, kc / kac, kac, RES.values["keep_cycle_kept"][-1]))
+    # A waiter now and then.  The floor: a holder that lets go as soon as
+    # someone asks, idle and under the keeper's load, right before the
+    # waiter's run.
+    fy = run_floor("yield")
+    fyb = attempt("floor yield, busy", floor_yield_busy)
+    RES.add("floor_yield_busy", fyb)
+    RES.add("ratio_floor_yield_busy", fyb / fy)
+    log("floor yield %.3f ms idle, %.3f ms while a keeper loops on another name"
+        % (fy, fyb))
+    v = attempt("keeping, a waiter now and then", keep_waits, rep)
+    RES.add("ratio_keep_waiter", v / fyb)
+    RES.add("ratio_keep_waiter_idle", v / fy)
+    RES.add("ratio_keep_waiter_handoff", v / fh)
+    log("keeping: a waiter's request -> grant %.3f ms (%.3f x floor yield busy, %.3f x idle, "
+        "%.3f x floor handoff); the keeper's cycles from its kept node %.4f (%d cycles)"
+        % (v, v / fyb, v / fy, v / fh, RES.values["keep_keeper_kept"][-1],
+           RES.values["keep_keeper_cycles"][-1]))
 
 
 def fifo_and_waiter_rss():
@@ -1520,6 +1696,39 @@ def report(elapsed):
             (wpr <= 1.0 + 1e-9 and mx <= 1 and other == 0), extra={"max_one_delete": mx},
             digits=3)
 
+    heading("Keeping a released lock (zklock.keep_released = 60 s, set for these backends "
+            "alone)")
+    row("keep_advisory_cycle", med("keep_advisory_cycle"), "ms",
+        "advisory_cycle over %d cycles, as keep_cycle, right before it" % KEEP_N, digits=4)
+    kc = med("keep_cycle")
+    row("keep_cycle", kc, "ms",
+        "zklock with keeping: zk_lock('k') + zk_unlock('k'), pgbench -c 1, %d cycles, the node "
+        "kept at each release and taken back without a request (%s of the cycles from the "
+        "kept node; ratio: / keep_advisory_cycle of the same repeat)"
+        % (KEEP_N, fmt(med("keep_cycle_kept"), 4)), "ratio_keep_cycle", "keep_advisory_cycle",
+        "<= 1.2x", at_most(1.2), digits=4, extra={"cycles_per_s": per_s(kc)})
+    row("floor_yield", med("floor_yield"), "ms",
+        "floor: A holds a node and a child watch on the parent; from B sending create + "
+        "listing to B's grant by A's delete, which A sends as B's node appears")
+    row("floor_yield_busy", med("floor_yield_busy"), "ms",
+        "floor: the same while a backend loops zk_lock + zk_unlock with keeping on another "
+        "name, as the keeper does during keep_waiter (ratio: / floor_yield)",
+        "ratio_floor_yield_busy", "floor_yield")
+    row("keep_waiter", med("keep_waiter_ms"), "ms",
+        "a keeper loops zk_lock + zk_unlock on 'kw' with keeping (pgbench -c 1); a second "
+        "backend (same cluster, its own ZooKeeper session, keeping off) asks every %g s: its "
+        "zk_lock from request to grant, stamped in the statement (median %s ms, max %s ms; "
+        "%s x floor_yield, %s x floor_handoff; ratio: / floor_yield_busy of the same repeat)"
+        % (KEEP_WAIT_GAP, fmt(med("keep_waiter_p50_ms")), fmt(vmax("keep_waiter_max_ms")),
+           fmt(med("ratio_keep_waiter_idle")), fmt(med("ratio_keep_waiter_handoff"))),
+        "ratio_keep_waiter", "floor_yield_busy", "<= 1.2x", at_most(1.2),
+        key="keep_waiter_ms")
+    row("keep_keeper_kept", med("keep_keeper_kept"), "share",
+        "  the keeper's cycles served from its kept node meanwhile: kept_acquisitions delta / "
+        "its cycles (%s cycles; cycles not from the kept node per request of the waiter: %s)"
+        % (fmt(med("keep_keeper_cycles"), 0), fmt(med("keep_keeper_not_kept_per_wait"))),
+        digits=4)
+
     heading("A backend's first lock (pgbench -C: a new connection per cycle)")
     row("first_lock_zk", med("first_lock_zk"), "ms", "connect + zk_lock + zk_unlock + disconnect")
     row("first_lock_adv", med("first_lock_adv"), "ms",
@@ -1748,6 +1957,7 @@ def main():
                                  "SELECT pg_advisory_lock(1);\nSELECT pg_advisory_unlock(1);\n")
     SQL["advisory_xact"] = write_file("advisory_xact.sql",
                                       "BEGIN;\nSELECT pg_advisory_xact_lock(1);\nCOMMIT;\n")
+    SQL["keep"] = write_file("keep.sql", "SELECT zk_lock('k');\nSELECT zk_unlock('k');\n")
     SQL["contend"] = write_file("contend.sql", "SELECT zk_lock('h');\nSELECT zk_unlock('h');\n")
     # Target lists are evaluated in order: the first stamp follows the
     # grant, the second precedes the release.

@@ -38,6 +38,16 @@
  *              until the library's completion thread wakes it, as a zklock
  *              backend's main thread is woken by its library's threads:
  *              woken-K minus requeue-K is what that wake-up costs
+ *   yield      sessions A and B: A has a node under PARENT and a child
+ *              watch on PARENT (both awaited, untimed), as a zklock backend
+ *              keeping its released node (zklock.keep_released) has; timed
+ *              from B sending its create and listing (pipelined, as zk_lock
+ *              does) to B's grant: A's watcher sends A's delete as soon as
+ *              B's node appears, and B, whose listing showed A's node ahead,
+ *              is granted by the deletion through a get-data watch (or lists
+ *              again if A's node was gone before the watch was set).  Two
+ *              writes, two notifications, a read; then B deletes its node
+ *              (awaited, untimed)
  *
  * Each of the R repeats opens fresh sessions to HOSTS (the benchmark gives
  * one server, so that both sides of a comparison use the same one), runs
@@ -45,8 +55,8 @@
  *
  *   FLOOR mode=M rep=I n=N mean_ms=... p50_ms=... min_ms=... max_ms=... cpu_us=...
  *
- * mean_ms is the wall time of the N cycles divided by N (for handoff and
- * requeue-K, the mean of the N timed intervals); p50/min/max are of single
+ * mean_ms is the wall time of the N cycles divided by N (for handoff, yield
+ * and requeue-K, the mean of the N timed intervals); p50/min/max are of single
  * cycles; cpu_us is this process's CPU time (user+system, all threads, so the client
  * library's I/O and completion threads too) over the N cycles, divided
  * by N.
@@ -921,6 +931,185 @@ run_requeue(int k, int n, int warmup, double *times, double *cpu_us)
 	return wall;
 }
 
+/*
+ * yield: a holder that lets go the moment someone asks, driven from the
+ * completion threads like requeue-K, so that no wake-up of the main thread
+ * is in the timed part.
+ */
+typedef struct Yield
+{
+	char		a_node[PATH_MAX_LEN];	/* A's node */
+	char		b_prefix[PATH_MAX_LEN]; /* PARENT/_c_<uuid>-lock- of B */
+	char		b_node[PATH_MAX_LEN];	/* B's node, "" until created */
+	char		pred[PATH_MAX_LEN];		/* the node B watches */
+	zhandle_t  *zh_b;
+	Op			a_gone;			/* A's delete, answered */
+	Op			granted;		/* B's grant; done_ms is its time */
+} Yield;
+
+static void
+yd_a_deleted(int rc, const void *data)
+{
+	op_finish(&((Yield *) data)->a_gone, rc);
+}
+
+/* A's child watch: someone came, so A deletes its node at once. */
+static void
+yd_a_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+	Yield	   *y = (Yield *) ctx;
+	int			rc;
+
+	if (type == ZOO_SESSION_EVENT)
+		return;
+	if (type != ZOO_CHILD_EVENT)
+		die("yield: A's watch fired with event type %d, not children changed", type);
+	rc = zoo_adelete(zh, y->a_node, -1, yd_a_deleted, y);
+	if (rc != ZOK)
+		op_finish(&y->a_gone, rc);
+}
+
+static void
+yd_b_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+	Yield	   *y = (Yield *) ctx;
+
+	if (type == ZOO_SESSION_EVENT)
+		return;
+	if (type != ZOO_DELETED_EVENT)
+		die("yield: B's watch fired with event type %d, not deleted", type);
+	op_finish(&y->granted, ZOK);
+}
+
+static void yd_b_list(Yield *y);
+
+static void
+yd_b_watch_done(int rc, const char *value, int value_len, const struct Stat *stat,
+				const void *data)
+{
+	Yield	   *y = (Yield *) data;
+
+	/* Gone before the watch was set: no notification will come. */
+	if (rc == ZNONODE)
+		yd_b_list(y);
+	else if (rc != ZOK)
+		op_finish(&y->granted, rc);
+}
+
+static void
+yd_b_created(int rc, const char *value, const struct Stat *stat, const void *data)
+{
+	Yield	   *y = (Yield *) data;
+
+	if (rc != ZOK || !value)
+		op_finish(&y->granted, rc != ZOK ? rc : ZSYSTEMERROR);
+	else
+		snprintf(y->b_node, sizeof(y->b_node), "%s", value);
+}
+
+/* B's listing: granted if nothing is ahead, else it watches its predecessor. */
+static void
+yd_b_listed(int rc, const struct String_vector *strings, const void *data)
+{
+	Yield	   *y = (Yield *) data;
+	long		own_seq;
+	long		pred_seq = -1;
+	int			i;
+
+	if (y->b_node[0] == '\0')
+		return;					/* the create failed, and said so */
+	if (rc != ZOK)
+	{
+		op_finish(&y->granted, rc);
+		return;
+	}
+	own_seq = sequence_of(strrchr(y->b_node, '/') + 1);
+	for (i = 0; i < strings->count; i++)
+	{
+		long		seq = sequence_of(strings->data[i]);
+
+		if (seq < own_seq && seq > pred_seq)
+		{
+			pred_seq = seq;
+			snprintf(y->pred, sizeof(y->pred), "%s/%s", parent, strings->data[i]);
+		}
+	}
+	if (pred_seq < 0)
+		op_finish(&y->granted, ZOK);
+	else if ((rc = zoo_awget(y->zh_b, y->pred, yd_b_watcher, y, yd_b_watch_done, y)) != ZOK)
+		op_finish(&y->granted, rc);
+}
+
+static void
+yd_b_list(Yield *y)
+{
+	int			rc = zoo_aget_children(y->zh_b, parent, 0, yd_b_listed, y);
+
+	if (rc != ZOK)
+		op_finish(&y->granted, rc);
+}
+
+static double
+run_yield(int n, int warmup, double *times, double *cpu_us)
+{
+	Session		a,
+				b;
+	Op			create,
+				list,
+				del;
+	Yield		y;
+	double		cpu_start = 0,
+				wall = 0;
+	int			i;
+
+	memset(&y, 0, sizeof(y));
+	op_init(&create);
+	op_init(&list);
+	op_init(&del);
+	op_init(&y.a_gone);
+	op_init(&y.granted);
+	session_open(&a);
+	session_open(&b);
+	y.zh_b = b.zh;
+	make_prefix(y.b_prefix, sizeof(y.b_prefix));
+	for (i = 0; i < warmup + n; i++)
+	{
+		double		t0;
+
+		if (i == warmup)
+			cpu_start = cpu_now_us();
+		/* A's node, then its watch: a change after the listing fires it. */
+		send_create(a.zh, &create);
+		op_wait(&create, "A's create");
+		snprintf(y.a_node, sizeof(y.a_node), "%s", create.path);
+		op_reset(&list);
+		check_send(zoo_awget_children(a.zh, parent, yd_a_watcher, &y, children_done, &list),
+				   "child watch");
+		op_wait(&list, "A's child watch");
+
+		op_reset(&y.a_gone);
+		op_reset(&y.granted);
+		y.b_node[0] = '\0';
+		t0 = now_ms();
+		check_send(zoo_acreate2(b.zh, y.b_prefix, node_data, (int) strlen(node_data),
+								&ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL,
+								yd_b_created, &y), "create");
+		yd_b_list(&y);
+		op_wait(&y.granted, "B's grant");
+		if (i >= warmup)
+			times[i - warmup] = y.granted.done_ms - t0;
+		op_wait(&y.a_gone, "A's delete");
+		send_delete(b.zh, y.b_node, &del);
+		op_wait(&del, "B's delete");
+	}
+	*cpu_us = cpu_now_us() - cpu_start;
+	session_close(&a);
+	session_close(&b);
+	for (i = 0; i < n; i++)
+		wall += times[i];
+	return wall;
+}
+
 static void
 delete_parent(void)
 {
@@ -955,7 +1144,7 @@ main(int argc, char **argv)
 
 	if (argc != 7)
 	{
-		fprintf(stderr, "usage: zkfloor HOSTS awaited|listed|recipe|pipelined|handoff|requeue-K|woken-K N R WARMUP PARENT\n");
+		fprintf(stderr, "usage: zkfloor HOSTS awaited|listed|recipe|pipelined|handoff|yield|requeue-K|woken-K N R WARMUP PARENT\n");
 		return 2;
 	}
 	hosts = argv[1];
@@ -977,7 +1166,7 @@ main(int argc, char **argv)
 	}
 	else if (strcmp(mode, "awaited") && strcmp(mode, "listed") &&
 			 strcmp(mode, "recipe") && strcmp(mode, "pipelined") &&
-			 strcmp(mode, "handoff"))
+			 strcmp(mode, "handoff") && strcmp(mode, "yield"))
 		die("unknown mode %s", mode);
 
 	zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
@@ -1004,6 +1193,8 @@ main(int argc, char **argv)
 		double		cpu_us;
 		double		wall = contenders ?
 			run_requeue(contenders, n, warmup, times, &cpu_us) :
+			strcmp(mode, "yield") == 0 ?
+			run_yield(n, warmup, times, &cpu_us) :
 			run_repeat(mode, n, warmup, times, &cpu_us);
 		double		p50;
 
