@@ -311,7 +311,7 @@ keep_node(LockEntry *entry, int m)
 
 /*
  * Free the slots that showed kept nodes the session has given up since.
- * Costs one load while none was.
+ * Every lock call asks: one call while nothing is kept.
  */
 void
 zkht_collect_kept(void)
@@ -320,6 +320,8 @@ zkht_collect_kept(void)
 	int			n;
 	int			i;
 
+	if (!zks_keeps_any())
+		return;
 	while ((n = zks_take_given_up(slots, lengthof(slots))) > 0)
 		for (i = 0; i < n; i++)
 			zksh_drop_hold(slots[i]);

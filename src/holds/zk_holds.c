@@ -205,7 +205,7 @@ zkh_acquire(const char *parent, const char *name, bool shared, bool xact,
 	{
 		zkht_reserve_subids(mode, mode->xact_count + 1);
 		/* A node this backend kept at its last release, if nobody came. */
-		kept = !shared && !has_node(other) &&
+		kept = !shared && !has_node(other) && zks_keeps_any() &&
 			zkr_take_kept(parent, &mode->node, &mode->shown);
 		if (kept)
 			result = ZKR_GRANTED;

@@ -1080,14 +1080,13 @@ zkr_verify(const char *node_path)
  * margin, else after one sync.  On true the node is held again, in *node,
  * with the cookie it was kept with.  False, with nothing taken, if none
  * is kept or the session is not fine, and the caller acquires as usual.
+ * The caller asks zks_keeps_any first, as this confirms the session.
  */
 bool
 zkr_take_kept(const char *parent, ZkLockNode *node, int *cookie)
 {
 	TimestampTz deadline = 0;
 
-	if (!zks_keeps_any())
-		return false;
 	for (;;)
 	{
 		/* What a confirmed session's watch said is seen by the take. */
