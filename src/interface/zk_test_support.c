@@ -141,3 +141,12 @@ zk_test_keeping_decided(PG_FUNCTION_ARGS)
 	zks_keeping_counts(&kept, &deciding, &listings);
 	PG_RETURN_BOOL(kept > 0 && deciding == 0);
 }
+
+PG_FUNCTION_INFO_V1(zk_test_connection_count);
+
+/* The connections the session has made, reconnects included. */
+Datum
+zk_test_connection_count(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT64((int64) zks_connection_count());
+}

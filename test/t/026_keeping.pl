@@ -27,6 +27,8 @@ $node->safe_psql('postgres', q{
 	AS '$libdir/zklock', 'zk_test_requests_sent' LANGUAGE C;
 	CREATE FUNCTION zk_test_keeping_decided() RETURNS boolean
 	AS '$libdir/zklock', 'zk_test_keeping_decided' LANGUAGE C;
+	CREATE FUNCTION zk_test_connection_count() RETURNS bigint
+	AS '$libdir/zklock', 'zk_test_connection_count' LANGUAGE C;
 });
 my ($out, $err);
 
@@ -208,6 +210,45 @@ for my $how ('zk_unlock_all', 'DISCARD ALL', 'exit')
 	run_sql($s, 'RESET zklock.keep_released; SELECT zk_unlock_all()');
 	ok(wait_until('no node', sub { scalar nodes_of('lost') == 0 }, 10), 'lost: nothing left');
 	$s->quit;
+}
+
+# --- a reconnect: a node kept before it is not taken back after it ----------
+# A change made while the connection was down is told only once the library
+# has set its watches again; a node kept before is given up, not trusted.
+{
+	my ($proxy, $proxy_port, $control) = start_proxy();
+	my ($server_port) = $ZkTest::hosts =~ /^[^:]+:(\d+)/;
+	my $s = zk_session($node);
+	ok(wait_until('the proxy to listen', sub {
+		my ($r, $e) = run_sql($s, "SET zklock.hosts = '127.0.0.1:$proxy_port';
+			SELECT zk_try_lock('recon_warm'), zk_unlock('recon_warm')");
+		$e eq '' }), 'reconnect: locks work through the proxy');
+	run_sql($s, "SET zklock.keep_released = '60s'; SELECT zk_lock('recon'); SELECT zk_unlock('recon')");
+	ok(wait_until('the listing to answer',
+			sub { my ($n) = run_sql($s, 'SELECT zk_test_keeping_decided()'); $n eq 't' }),
+		'reconnect: kept');
+	my @kept = nodes_of('recon');
+	($out) = run_sql($s, 'SELECT zk_test_connection_count()');
+	my $connections = $out;
+
+	# The proxy goes, and a new one takes its port: the session reconnects.
+	$proxy->kill_kill;
+	$proxy = IPC::Run::start([ '/usr/bin/python3', "$ENV{ZKLOCK_SRC}/test/tools/zkproxy.py",
+			$proxy_port, $server_port, $control ]);
+	ok(wait_until('the session to reconnect', sub {
+		my ($n) = run_sql($s, 'SELECT zk_test_connection_count()');
+		$n > $connections }), 'reconnect: the session reconnected');
+
+	my $before = requests_sent($s);
+	($out, $err) = run_sql($s, "SELECT zk_try_lock('recon')");
+	is($out, 't', 'reconnect: the lock is granted');
+	cmp_ok(requests_sent($s), '>', $before, 'reconnect: asking ZooKeeper');
+	my @now = nodes_of('recon');
+	is(scalar @now, 1, 'reconnect: on one node');
+	isnt($now[0], $kept[0], 'reconnect: a new one, not the node kept before');
+	run_sql($s, 'RESET zklock.keep_released; SELECT zk_unlock_all()');
+	$s->quit;
+	$proxy->kill_kill;
 }
 
 # --- another backend's try-lock: a kept node looks held to it once ----------
